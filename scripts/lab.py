@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Set up the lab in a local virtual environment and run it: the README's two commands.
+
+    python3 scripts/lab.py demo     # the CPU end-to-end demo
+    python3 scripts/lab.py test     # the whole test suite, notebooks included
+
+Only python3 (with venv and pip) is needed. The script creates `.venv/` beside the repository, installs a
+**CPU** build of torch first (a bare torch requirement would pull a multi-GB CUDA build), then the package.
+It reinstalls only when `pyproject.toml` changes, so the second run starts at once. Extra arguments go to
+the command: `python3 scripts/lab.py test -k rollout`, `python3 scripts/lab.py demo --groups 50`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = Path(os.environ.get("LAB_VENV", ROOT / ".venv"))
+TORCH = "torch==2.13.0"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def run(*command: str | Path) -> None:
+    print("+", " ".join(map(str, command)), flush=True)
+    subprocess.run([str(part) for part in command], check=True)
+
+
+def venv_python() -> Path:
+    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def ensure_environment(extras: str) -> Path:
+    """Create the venv and install the package with `extras`, unless this exact setup is already there."""
+    python = venv_python()
+    if not python.exists():
+        print(f"creating a virtual environment in {VENV}", flush=True)
+        try:
+            venv.EnvBuilder(with_pip=True).create(VENV)
+        except Exception as exc:
+            sys.exit(f"could not create {VENV} ({exc}); on Debian/Ubuntu install python3-venv first")
+    stamp = VENV / f".lab-installed-{extras or 'base'}"
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text() == wanted:
+        return python
+    pip = (python, "-m", "pip", "install", "--quiet")
+    run(*pip, "--upgrade", "pip")
+    has_torch = subprocess.run([str(python), "-c", "import torch"], capture_output=True).returncode == 0
+    if not has_torch:
+        # A CPU wheel from a local wheel folder or mirror if pip is configured with one, else PyTorch's CPU index.
+        if subprocess.run([*map(str, pip), "--no-index", TORCH]).returncode != 0:
+            run(*pip, TORCH, "--index-url", TORCH_CPU_INDEX)
+    run(*pip, "--editable", f"{ROOT}[{extras}]" if extras else str(ROOT))
+    stamp.write_text(wanted)
+    return python
+
+
+def main() -> None:
+    if len(sys.argv) < 2 or sys.argv[1] not in {"demo", "test"}:
+        sys.exit(__doc__)
+    command, rest = sys.argv[1], sys.argv[2:]
+    os.chdir(ROOT)
+    if command == "demo":
+        python = ensure_environment("")
+        run(python, "-m", "agentic_rl_lab", "demo", *rest)
+    else:
+        python = ensure_environment("dev")
+        run(python, "-m", "ruff", "check", ".")
+        run(python, "-m", "pytest", *rest)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except subprocess.CalledProcessError as exc:
+        sys.exit(exc.returncode)
