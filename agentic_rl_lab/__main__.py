@@ -94,8 +94,17 @@ def play(args: argparse.Namespace) -> None:
     print(f"outcome (hidden until now): {env.outcome()}\nhidden state: {env.hidden_state()}")
 
 
+def make_inbox(args: argparse.Namespace) -> None:
+    """Regenerate the inbox_search data (deterministic: the committed files come out byte for byte)."""
+    from agentic_rl_lab.envs import inbox_data
+
+    inbox_data.main(["--out", args.out])
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m agentic_rl_lab", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m agentic_rl_lab", description="agentic-rl-lab: agentic RL end to end, on a CPU or a GPU."
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = commands.add_parser("demo", help="CPU end-to-end demo: every environment with the scripted policies")
@@ -113,6 +122,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("env", help="environment name, e.g. guess_number")
     p.add_argument("--seed", type=int, default=0, help="scenario seed")
     p.set_defaults(run=play)
+
+    p = commands.add_parser("make-inbox", help="regenerate the inbox_search emails and questions in data/inbox/")
+    p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "data" / "inbox"), help="output folder")
+    p.set_defaults(run=make_inbox)
 
     args = parser.parse_args(argv)
     args.run(args)

@@ -54,7 +54,7 @@ def test_cli_help_lists_the_subcommands():
     out = subprocess.run(
         [sys.executable, "-m", "agentic_rl_lab", "--help"], capture_output=True, text=True, check=True
     ).stdout
-    for command in ["demo", "envs", "play"]:
+    for command in ["demo", "envs", "play", "make-inbox"]:
         assert re.search(rf"^\s+{command}\s", out, re.MULTILINE), f"{command} missing from --help"
 
 

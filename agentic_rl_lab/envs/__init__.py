@@ -18,8 +18,13 @@ from agentic_rl_lab.envs.base import (
 )
 from agentic_rl_lab.envs.fog_maze import FogMaze
 from agentic_rl_lab.envs.guess_number import GuessNumber
+from agentic_rl_lab.envs.inbox_search import InboxSearch
 
-ENVIRONMENTS: dict[str, type[Environment]] = {GuessNumber.name: GuessNumber, FogMaze.name: FogMaze}
+ENVIRONMENTS: dict[str, type[Environment]] = {
+    GuessNumber.name: GuessNumber,
+    FogMaze.name: FogMaze,
+    InboxSearch.name: InboxSearch,
+}
 
 
 def make(name: str, **kwargs: Any) -> Environment:
@@ -35,6 +40,7 @@ __all__ = [
     "Environment",
     "FogMaze",
     "GuessNumber",
+    "InboxSearch",
     "InvalidAction",
     "Message",
     "Outcome",
