@@ -36,8 +36,12 @@ class Action:
 class Policy(Protocol):
     """Anything that maps histories to actions. It receives a whole batch so it can generate in one call."""
 
-    def act(self, histories: Sequence[list[Message]], tools: list[dict[str, Any]]) -> list[Action]:
-        """Return one `Action` per history, in the same order."""
+    def act(self, histories: Sequence[list[Message]], tools: list[dict[str, Any]]) -> list[Action | Exception]:
+        """Return one `Action` per history, in the same order.
+
+        A policy that can tell which history failed (one API request of many) may put the exception in place of
+        its action: only that trajectory then fails. Raising fails the whole call, which is retried per history.
+        """
         ...
 
 

@@ -184,3 +184,15 @@ def test_an_unknown_scripted_strategy_names_the_choices():
 
 def test_invalid_action_is_exported_for_custom_environments():
     assert issubclass(InvalidAction, Exception)
+
+
+def test_a_policy_may_return_an_exception_in_place_of_one_action():
+    class HalfBroken(ScriptedPolicy):
+        def act(self, histories, tools):
+            actions = super().act(histories, tools)
+            return [TimeoutError("request 1 failed") if i == 1 else a for i, a in enumerate(actions)]
+
+    env = GuessNumber()
+    group = collect_group(env, HalfBroken(env, "expert"), seed=0, num_generations=3, max_exceptions=1, progress=False)
+    assert [t.metadata["member"] for t in group.trajectories] == [0, 2]
+    assert [(e.member, e.type) for e in group.exceptions] == [(1, "TimeoutError")]

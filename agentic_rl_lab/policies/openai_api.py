@@ -1,0 +1,281 @@
+"""A policy served over HTTP by any OpenAI-compatible chat-completions endpoint, with native tool calling.
+
+One class covers OpenAI itself, a vLLM server, Ollama and a LiteLLM proxy: they all accept `POST
+/chat/completions` with `messages` and `tools`, and answer with an assistant message whose `tool_calls` are
+already in the format our environments read.
+
+An API model returns text, not token ids, so `Action.token_ids` is None: its trajectories can be judged,
+viewed and compared, but not trained on (GRPO needs the exact tokens and log-probabilities that were sampled).
+
+Each history in a batch is one request; at most `max_concurrency` are in flight at once. Requests run on a
+thread pool with the synchronous client, so `act` works the same in a script and inside Jupyter's running
+event loop. Rate limits (429), server errors (5xx), timeouts, connection errors and unreadable responses are
+retried with exponential backoff and jitter, honouring `Retry-After`. When the retries run out, `act` raises
+`OpenAIPolicyError`; the rollout engine then records the failure on that history's group and carries on.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import os
+import random
+import threading
+import time
+import urllib.parse
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+
+from agentic_rl_lab.envs.base import Message
+from agentic_rl_lab.rollout import Action
+
+BASE_URL_ENV = "AGENTIC_RL_LAB_BASE_URL"
+MODEL_ENV = "AGENTIC_RL_LAB_MODEL"
+RETRYABLE_STATUS = {408, 409, 429}
+"""Statuses worth retrying besides every 5xx: request timeout, conflict (a lock), rate limit."""
+
+
+class OpenAIPolicyError(RuntimeError):
+    """A chat completion failed for good: the endpoint, the last HTTP status (None if there was none), attempts."""
+
+    def __init__(self, message: str, endpoint: str, status: int | None, attempts: int) -> None:
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.status = status
+        self.attempts = attempts
+
+
+@dataclass
+class Usage:
+    """Running totals over every request this policy made, for cost and rate-limit accounting."""
+
+    requests: int = 0
+    """Successful completions."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    retries: int = 0
+    """Failed attempts that were retried."""
+    failures: int = 0
+    """Requests that failed for good (each raised `OpenAIPolicyError`)."""
+    truncated: int = 0
+    """Completions cut off at `max_tokens` (`finish_reason == "length"`)."""
+    missing_usage: int = 0
+    """Completions whose response reported no token usage, so the token totals undercount."""
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class OpenAIPolicy:
+    """Sample each next action from a chat model behind an OpenAI-compatible endpoint.
+
+    The API key is read from the environment variable `api_key_env` only. There is deliberately no argument
+    for the key itself: a key typed into a notebook cell ends up in saved notebooks, in git, and in
+    trajectories and logs that print the policy's arguments. Set it in the shell (`export OPENAI_API_KEY=...`)
+    instead. The key is sent to whatever `base_url` is, so give a third-party server its own variable
+    (`api_key_env="VLLM_API_KEY"`) rather than your OpenAI key. A local server that needs no key works without
+    one; the client then sends the placeholder "EMPTY".
+
+    - `model`, `base_url`: default to the environment variables `AGENTIC_RL_LAB_MODEL` and
+      `AGENTIC_RL_LAB_BASE_URL` (then `OPENAI_BASE_URL`); no base URL means OpenAI's own API.
+    - `temperature`, `max_tokens`: sampling settings for every request (`max_tokens=None` leaves the server's).
+    - `max_concurrency`: the most requests in flight at once, across the whole batch of histories.
+    - `max_retries`: retries after the first attempt; `timeout`: seconds per attempt.
+    - `backoff_base`, `max_backoff`: the wait before retry k is about `backoff_base * 2**k` seconds, with
+      jitter, or what the server's `Retry-After` asks for; never more than `max_backoff`.
+    - `extra_body`: server-specific request fields, such as vLLM's `{"top_k": 20}`.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        temperature: float = 1.0,
+        max_tokens: int | None = 1024,
+        max_concurrency: int = 8,
+        max_retries: int = 5,
+        timeout: float = 60.0,
+        backoff_base: float = 1.0,
+        max_backoff: float = 60.0,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        model = model or os.environ.get(MODEL_ENV)
+        if not model:
+            raise ValueError(
+                f"no model given: pass OpenAIPolicy(model=...) or set the environment variable {MODEL_ENV}"
+            )
+        base_url = base_url or os.environ.get(BASE_URL_ENV) or os.environ.get("OPENAI_BASE_URL")
+        api_key = os.environ.get(api_key_env)
+        if not api_key and not base_url:
+            raise ValueError(
+                f"no API key and no endpoint: set the environment variable {api_key_env} to use OpenAI's API, "
+                f"or point base_url (or {BASE_URL_ENV}) at an OpenAI-compatible server such as vLLM or Ollama"
+            )
+        self.model = model
+        self.api_key_env = api_key_env
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.max_concurrency = max_concurrency
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.backoff_base = backoff_base
+        self.max_backoff = max_backoff
+        self.extra_body = extra_body or {}
+        self.usage = Usage()
+        self._usage_lock = threading.Lock()
+        # Retries are ours (with Retry-After and a clear final error), so the client's own are turned off.
+        self._client = openai.OpenAI(api_key=api_key or "EMPTY", base_url=base_url, timeout=timeout, max_retries=0)
+        self._secret = api_key  # only to scrub the key out of error text a server might echo back
+        self.endpoint = _without_credentials(str(self._client.base_url))
+
+    def act(self, histories: Sequence[list[Message]], tools: list[dict[str, Any]]) -> list[Action | Exception]:
+        """One concurrent request per history. A request that fails for good puts its `OpenAIPolicyError` in
+        place of the action, so only that trajectory fails and the requests that worked are not paid twice."""
+        if not histories:
+            return []
+        with ThreadPoolExecutor(
+            max_workers=min(self.max_concurrency, len(histories)), thread_name_prefix="openai"
+        ) as pool:
+            futures = [pool.submit(self._complete, history, tools) for history in histories]
+            return [future.result() if future.exception() is None else future.exception() for future in futures]
+
+    def _complete(self, history: list[Message], tools: list[dict[str, Any]]) -> Action:
+        """One chat completion with retries; the assistant message as a plain OpenAI dict."""
+        request: dict[str, Any] = {"model": self.model, "messages": history, "temperature": self.temperature}
+        if tools:
+            request["tools"] = tools  # OpenAI rejects an empty list
+        if self.max_tokens is not None:
+            request["max_tokens"] = self.max_tokens
+        if self.extra_body:
+            request["extra_body"] = self.extra_body
+        attempts = self.max_retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                response = self._client.chat.completions.create(**request)
+                if not response.choices:
+                    raise _Unreadable("the response has no choices")
+                break
+            except (openai.APIConnectionError, openai.APIStatusError, json.JSONDecodeError, _Unreadable) as exc:
+                status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
+                retryable = status is None or status in RETRYABLE_STATUS or status >= 500
+                if not retryable or attempt == attempts:
+                    with self._usage_lock:
+                        self.usage.failures += 1
+                    # Not chained: our message says what failed with the key scrubbed; the SDK's text may echo it.
+                    raise self._error(exc, status, attempt) from None
+                with self._usage_lock:
+                    self.usage.retries += 1
+                time.sleep(self._backoff(attempt, exc))
+        self._count(response)
+        return Action(_to_message(response.choices[0].message))
+
+    def _backoff(self, attempt: int, exc: Exception) -> float:
+        """Seconds to wait before retry `attempt`: the server's Retry-After if it gave one, else exponential.
+
+        The exponential wait has "equal jitter": half fixed, half random, so that many clients rate-limited at
+        the same moment do not all come back at the same moment, while each still backs off.
+        """
+        response = getattr(exc, "response", None)
+        retry_after = _retry_after(response.headers) if response is not None else None
+        if retry_after is not None and math.isfinite(retry_after):
+            return min(max(retry_after, 0.0), self.max_backoff)
+        wait = min(self.backoff_base * 2 ** (attempt - 1), self.max_backoff)
+        return wait / 2 + random.uniform(0, wait / 2)
+
+    def _error(self, exc: Exception, status: int | None, attempts: int) -> OpenAIPolicyError:
+        """A final error that names the endpoint, the status and the attempts, and never the key."""
+        if isinstance(exc, openai.APITimeoutError):
+            what = f"timed out after {self.timeout:g} s"
+        elif isinstance(exc, openai.APIConnectionError):
+            what = f"could not connect ({exc})"
+        elif isinstance(exc, json.JSONDecodeError):
+            what = f"the response body is not valid JSON ({exc.msg})"
+        elif isinstance(exc, _Unreadable):
+            what = str(exc)
+        else:
+            what = f"HTTP {status}: {_short(getattr(exc, 'message', str(exc)))}"
+        hint = {
+            401: f"; check the key in the environment variable {self.api_key_env}",
+            404: "; check model and base_url",
+        }
+        message = (
+            f"chat completion for model {self.model!r} at {self.endpoint} failed after {attempts} "
+            f"attempt{'s' if attempts > 1 else ''}: {what}{hint.get(status or 0, '')}"
+        )
+        if self._secret:
+            message = message.replace(self._secret, "***")
+        return OpenAIPolicyError(message, self.endpoint, status, attempts)
+
+    def _count(self, response: Any) -> None:
+        with self._usage_lock:
+            self.usage.requests += 1
+            self.usage.truncated += response.choices[0].finish_reason == "length"
+            if response.usage is None:
+                self.usage.missing_usage += 1
+            else:
+                self.usage.prompt_tokens += response.usage.prompt_tokens or 0
+                self.usage.completion_tokens += response.usage.completion_tokens or 0
+
+    def __repr__(self) -> str:
+        return f"OpenAIPolicy(model={self.model!r}, endpoint={self.endpoint!r}, max_concurrency={self.max_concurrency})"
+
+
+class _Unreadable(Exception):
+    """A 200 response that parsed but holds no completion (some proxies put upstream errors there)."""
+
+
+def _to_message(message: Any) -> Message:
+    """The SDK's assistant message as a plain OpenAI dict: content and function tool calls, arguments as text."""
+    content = message.content if message.content is not None else message.refusal  # keep a refusal visible
+    result: Message = {"role": "assistant", "content": content}
+    if message.tool_calls:
+        result["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
+            }
+            if getattr(call, "type", "function") == "function"
+            else call.model_dump()  # another kind of tool call: kept, and the environment reports it as malformed
+            for call in message.tool_calls
+        ]
+    return result
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Seconds from `retry-after-ms` (OpenAI's) or `Retry-After` (seconds or an HTTP date), if present."""
+    if headers.get("retry-after-ms"):
+        try:
+            return float(headers["retry-after-ms"]) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        date = email.utils.parsedate_tz(value)
+        return None if date is None else email.utils.mktime_tz(date) - time.time()
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _without_credentials(url: str) -> str:
+    """The URL without any `user:password@` part or trailing slash, safe to print."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])).rstrip("/")
