@@ -14,6 +14,7 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 CPU_TINY = {"TIER": "cpu-tiny"}
 PARAMETERS = {
     "01_agents_as_pomdps.ipynb": {**CPU_TINY, "NUM_SEEDS": 200},
+    "03_relative_judging.ipynb": {**CPU_TINY, "NUM_GROUPS": 12, "API_JUDGE": "off", "SELF_JUDGE": "off"},
 }
 
 

@@ -16,14 +16,10 @@ retried with exponential backoff and jitter, honouring `Retry-After`. When the r
 
 from __future__ import annotations
 
-import email.utils
 import json
-import math
 import os
-import random
 import threading
 import time
-import urllib.parse
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,12 +28,19 @@ from typing import Any
 import openai
 
 from agentic_rl_lab.envs.base import Message
+from agentic_rl_lab.retry import (
+    backoff_seconds,
+    describe_failure,
+    is_retryable,
+    retry_after_seconds,
+    scrub,
+    status_of,
+    without_credentials,
+)
 from agentic_rl_lab.rollout import Action
 
 BASE_URL_ENV = "AGENTIC_RL_LAB_BASE_URL"
 MODEL_ENV = "AGENTIC_RL_LAB_MODEL"
-RETRYABLE_STATUS = {408, 409, 429}
-"""Statuses worth retrying besides every 5xx: request timeout, conflict (a lock), rate limit."""
 
 
 class OpenAIPolicyError(RuntimeError):
@@ -138,7 +141,7 @@ class OpenAIPolicy:
         # Retries are ours (with Retry-After and a clear final error), so the client's own are turned off.
         self._client = openai.OpenAI(api_key=api_key or "EMPTY", base_url=base_url, timeout=timeout, max_retries=0)
         self._secret = api_key  # only to scrub the key out of error text a server might echo back
-        self.endpoint = _without_credentials(str(self._client.base_url))
+        self.endpoint = without_credentials(str(self._client.base_url))
 
     def act(self, histories: Sequence[list[Message]], tools: list[dict[str, Any]]) -> list[Action | Exception]:
         """One concurrent request per history. A request that fails for good puts its `OpenAIPolicyError` in
@@ -168,9 +171,8 @@ class OpenAIPolicy:
                     raise _Unreadable("the response has no choices")
                 break
             except (openai.APIConnectionError, openai.APIStatusError, json.JSONDecodeError, _Unreadable) as exc:
-                status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
-                retryable = status is None or status in RETRYABLE_STATUS or status >= 500
-                if not retryable or attempt == attempts:
+                status = status_of(exc)
+                if not is_retryable(status) or attempt == attempts:
                     with self._usage_lock:
                         self.usage.failures += 1
                     # Not chained: our message says what failed with the key scrubbed; the SDK's text may echo it.
@@ -182,30 +184,12 @@ class OpenAIPolicy:
         return Action(_to_message(response.choices[0].message))
 
     def _backoff(self, attempt: int, exc: Exception) -> float:
-        """Seconds to wait before retry `attempt`: the server's Retry-After if it gave one, else exponential.
-
-        The exponential wait has "equal jitter": half fixed, half random, so that many clients rate-limited at
-        the same moment do not all come back at the same moment, while each still backs off.
-        """
-        response = getattr(exc, "response", None)
-        retry_after = _retry_after(response.headers) if response is not None else None
-        if retry_after is not None and math.isfinite(retry_after):
-            return min(max(retry_after, 0.0), self.max_backoff)
-        wait = min(self.backoff_base * 2 ** (attempt - 1), self.max_backoff)
-        return wait / 2 + random.uniform(0, wait / 2)
+        """Seconds to wait before retry `attempt`: the server's Retry-After, else exponential with jitter."""
+        return backoff_seconds(attempt, retry_after_seconds(exc), self.backoff_base, self.max_backoff)
 
     def _error(self, exc: Exception, status: int | None, attempts: int) -> OpenAIPolicyError:
         """A final error that names the endpoint, the status and the attempts, and never the key."""
-        if isinstance(exc, openai.APITimeoutError):
-            what = f"timed out after {self.timeout:g} s"
-        elif isinstance(exc, openai.APIConnectionError):
-            what = f"could not connect ({exc})"
-        elif isinstance(exc, json.JSONDecodeError):
-            what = f"the response body is not valid JSON ({exc.msg})"
-        elif isinstance(exc, _Unreadable):
-            what = str(exc)
-        else:
-            what = f"HTTP {status}: {_short(getattr(exc, 'message', str(exc)))}"
+        what = describe_failure(exc, self.timeout)
         hint = {
             401: f"; check the key in the environment variable {self.api_key_env}",
             404: "; check model and base_url",
@@ -214,9 +198,7 @@ class OpenAIPolicy:
             f"chat completion for model {self.model!r} at {self.endpoint} failed after {attempts} "
             f"attempt{'s' if attempts > 1 else ''}: {what}{hint.get(status or 0, '')}"
         )
-        if self._secret:
-            message = message.replace(self._secret, "***")
-        return OpenAIPolicyError(message, self.endpoint, status, attempts)
+        return OpenAIPolicyError(scrub(message, self._secret), self.endpoint, status, attempts)
 
     def _count(self, response: Any) -> None:
         with self._usage_lock:
@@ -252,30 +234,3 @@ def _to_message(message: Any) -> Message:
             for call in message.tool_calls
         ]
     return result
-
-
-def _retry_after(headers: Any) -> float | None:
-    """Seconds from `retry-after-ms` (OpenAI's) or `Retry-After` (seconds or an HTTP date), if present."""
-    if headers.get("retry-after-ms"):
-        try:
-            return float(headers["retry-after-ms"]) / 1000
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        date = email.utils.parsedate_tz(value)
-        return None if date is None else email.utils.mktime_tz(date) - time.time()
-
-
-def _short(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _without_credentials(url: str) -> str:
-    """The URL without any `user:password@` part or trailing slash, safe to print."""
-    parts = urllib.parse.urlsplit(url)
-    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2])).rstrip("/")
