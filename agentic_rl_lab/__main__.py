@@ -101,6 +101,65 @@ def make_inbox(args: argparse.Namespace) -> None:
     inbox_data.main(["--out", args.out])
 
 
+def build_tiny(args: argparse.Namespace) -> None:
+    """Build (or find in the cache) the cpu-tiny model."""
+    from agentic_rl_lab import tiny
+
+    tiny.main(args.rest)
+
+
+def make_judge(name: str, noise: float, seed: int):
+    """A judge by name: `reference` (ground truth, optionally noisy), or an LLM judge on an OpenAI-compatible
+    endpoint configured by environment variables (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `AGENTIC_RL_LAB_JUDGE_MODEL`)."""
+    from agentic_rl_lab import judge
+
+    if name == "reference":
+        return judge.ReferenceJudge(noise=noise, seed=seed)
+    backend = judge.OpenAIJudgeBackend()
+    return (judge.RelativeJudge if name == "relative" else judge.AbsoluteJudge)(backend, on_failure="skip")
+
+
+def train(args: argparse.Namespace) -> None:
+    """GRPO on an environment: rollout -> judge -> update, with checkpoints, a metrics log and plots in a run folder.
+
+    Re-running the same command resumes from the last checkpoint."""
+    import dataclasses
+
+    import torch
+
+    from agentic_rl_lab.envs import make
+    from agentic_rl_lab.envs.guess_number import optimal_mean_guesses
+    from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer
+    from agentic_rl_lab.models import load_model
+    from agentic_rl_lab.plots import plot_training
+
+    torch.manual_seed(args.seed)
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    config = GRPOConfig(**{k: v for k, v in vars(args).items() if k in fields and v is not None})
+    loaded = load_model(args.tier, model_name=args.model_dir)
+    run_dir = Path(args.run_dir or f"runs/{args.env}-{args.tier}-{args.judge}")
+    env = make(args.env)
+    trainer = GRPOTrainer(
+        config, loaded.model, loaded.tokenizer, env, make_judge(args.judge, args.judge_noise, args.seed), run_dir
+    )
+    print(f"training {args.env} on tier {args.tier} with the {args.judge} judge; run folder: {run_dir}")
+    metrics = trainer.train()
+    optimum = optimal_mean_guesses(env.low, env.high) if args.env == "guess_number" else None
+    plot_training(metrics, optimum, run_dir / "training.png")
+    evals = metrics.dropna(subset=["eval_success"]) if "eval_success" in metrics else metrics.iloc[0:0]
+    if len(evals) >= 2:
+        first, last = evals.iloc[0], evals.iloc[-1]
+        print(
+            f"held-out success {first.eval_success:.0%} -> {last.eval_success:.0%}; "
+            f"mean turns {first.eval_mean_turns:.2f} -> {last.eval_mean_turns:.2f}"
+            + (f" (optimum {optimum:.2f})" if optimum else "")
+        )
+    print(
+        f"metrics: {run_dir / 'metrics.jsonl'}; trajectories: {run_dir / 'trajectories.jsonl'}; "
+        f"plot: {run_dir / 'training.png'}"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m agentic_rl_lab", description="agentic-rl-lab: agentic RL end to end, on a CPU or a GPU."
@@ -122,6 +181,28 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("env", help="environment name, e.g. guess_number")
     p.add_argument("--seed", type=int, default=0, help="scenario seed")
     p.set_defaults(run=play)
+
+    p = commands.add_parser("train", help="GRPO training: rollout -> judge -> update, resumable")
+    p.add_argument("--env", default="guess_number", help="environment name")
+    p.add_argument("--tier", default="cpu-tiny", help="model tier: cpu-tiny, cpu-small, t4, a100 (or auto)")
+    p.add_argument("--model-dir", default=None, help="load this model directory instead of the tier's model")
+    p.add_argument("--judge", default="reference", choices=["reference", "relative", "absolute"], help="reward source")
+    p.add_argument("--judge-noise", type=float, default=0.0, help="std of noise on the reference judge's scores")
+    p.add_argument("--run-dir", default=None, help="run folder (default: runs/ENV-TIER-JUDGE); reused to resume")
+    p.add_argument("--steps", type=int, default=None, help="training steps")
+    p.add_argument("--groups-per-step", type=int, default=None, help="scenarios per step")
+    p.add_argument("--num-generations", type=int, default=None, help="trajectories per scenario (group size)")
+    p.add_argument("--learning-rate", type=float, default=None, help="AdamW learning rate")
+    p.add_argument("--loss-type", default=None, choices=["grpo", "dr_grpo", "dapo", "cispo"], help="loss variant")
+    p.add_argument("--beta", type=float, default=None, help="KL weight to the reference model")
+    p.add_argument("--eval-every", type=int, default=None, help="held-out evaluation every N steps (0: off)")
+    p.add_argument("--eval-episodes", type=int, default=None, help="held-out episodes per evaluation")
+    p.add_argument("--seed", type=int, default=0, help="seed for scenarios, sampling and the judge")
+    p.set_defaults(run=train)
+
+    p = commands.add_parser("build-tiny", help="build (or find in the cache) the cpu-tiny model", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for agentic_rl_lab.tiny (see --help)")
+    p.set_defaults(run=build_tiny)
 
     p = commands.add_parser("make-inbox", help="regenerate the inbox_search emails and questions in data/inbox/")
     p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "data" / "inbox"), help="output folder")

@@ -1,0 +1,420 @@
+"""The GRPO training loop: rollout → judge → update, one step at a time, safe to kill and resume.
+
+Each step:
+1. sample scenarios (seeds) for the step;
+2. collect a group of `num_generations` trajectories per scenario, with the policy in inference mode;
+3. judge every group (the judge writes each trajectory's reward);
+4. compute group-normalised advantages;
+5. update the policy: micro-batches, gradient accumulation, gradient clipping, a guard against NaN/inf;
+6. write the step's metrics and trajectories;
+7. checkpoint (atomically) every `save_every` steps.
+
+A held-out evaluation every `eval_every` steps uses the environment's ground truth, never the judge. Restarting
+the same run folder resumes from the last complete checkpoint: nothing is repeated, nothing is lost, and the
+logs written after that checkpoint are cut back so they show each step once.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from agentic_rl_lab.envs import Environment
+from agentic_rl_lab.grpo.advantages import compute_advantages
+from agentic_rl_lab.grpo.loss import grpo_loss, token_logprobs
+from agentic_rl_lab.grpo.tensors import NotTrainable, TrainingSequence, collate, trajectory_to_sequence
+from agentic_rl_lab.policies.hf import HFPolicy
+from agentic_rl_lab.rollout import collect_groups
+from agentic_rl_lab.trajectory import TrajectoryGroup, append_groups, iter_groups
+
+EVAL_SEED_START = 1_000_000
+"""Held-out scenarios are seeds from here on; training scenarios stay below it."""
+
+
+@dataclass
+class GRPOConfig:
+    """Every knob of a run. Names follow TRL's `GRPOConfig` where TRL has the knob."""
+
+    steps: int = 100
+    """Training steps (one rollout → judge → update cycle each)."""
+    groups_per_step: int = 8
+    """Scenarios per step; each gives one group."""
+    num_generations: int = 8
+    """Trajectories per scenario: the group size G."""
+    learning_rate: float = 1e-4
+    max_grad_norm: float = 1.0
+    per_device_train_batch_size: int = 16
+    """Sequences per forward/backward pass."""
+    gradient_accumulation_steps: int = 4
+    """Micro-batches per optimizer step; the rest of the step's batch gives further optimizer steps."""
+    num_iterations: int = 1
+    """Passes over each step's batch (μ). Above 1, later passes train on off-policy data and clipping matters."""
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "cispo"] = "dapo"
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    epsilon: float = 0.2
+    epsilon_high: float | None = None
+    beta: float = 0.0
+    """KL weight against the reference model (the starting weights). 0 needs no reference."""
+    importance_sampling_level: Literal["token", "sequence"] = "token"
+    credit_assignment: Literal["trajectory", "turn"] = "trajectory"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    """Per assistant turn."""
+    eval_every: int = 10
+    """Held-out evaluation every this many steps (and before the first and after the last); 0 disables it."""
+    eval_episodes: int = 100
+    save_every: int = 5
+    keep_checkpoints: int = 2
+    seed: int = 0
+
+
+@dataclass
+class StepRecord:
+    """What one step measured; a row of `metrics.jsonl`."""
+
+    step: int
+    values: dict[str, float]
+
+
+class GRPOTrainer:
+    """Train `model` (a causal LM with `tokenizer`) on `env` with rewards from `judge`, writing to `run_dir`.
+
+    `reference_model`: the frozen reference for the KL term. None means: the same model with LoRA adapters
+    disabled if it is a peft model, else a frozen copy of the starting weights (made only when `beta > 0`).
+    `callbacks` are called after every step with `(trainer, metrics_row)`: the live dashboard uses this.
+    """
+
+    def __init__(
+        self,
+        config: GRPOConfig,
+        model: Any,
+        tokenizer: Any,
+        env: Environment,
+        judge: Any,
+        run_dir: str | Path,
+        *,
+        eval_env: Environment | None = None,
+        reference_model: Any | None = None,
+        callbacks: Sequence[Callable[[GRPOTrainer, dict[str, float]], None]] = (),
+        progress: bool = True,
+    ) -> None:
+        self.config, self.model, self.tokenizer, self.env, self.judge = config, model, tokenizer, env, judge
+        self.eval_env = eval_env or env
+        self.run_dir = Path(run_dir)
+        self.callbacks = list(callbacks)
+        self.progress = progress
+        self.optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad], lr=config.learning_rate, weight_decay=0.0
+        )
+        self.reference_model = reference_model
+        if config.beta > 0 and reference_model is None and not hasattr(model, "disable_adapter"):
+            self.reference_model = copy.deepcopy(model).eval().requires_grad_(False)
+        self.step = 0
+        self.history: list[dict[str, float]] = []
+
+    # ----- the loop ---------------------------------------------------------------------------------------------------
+    def train(self) -> pd.DataFrame:
+        """Run (or resume) the training until `config.steps`; returns the metrics, one row per step."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._write_config()
+        self._resume()
+        if self.step == 0 and self.config.eval_every and not self._has_eval(0):
+            self._log({"step": 0, **self.evaluate()}, eval_only=True)
+        bar = tqdm(range(self.step, self.config.steps), desc="GRPO", unit="step", disable=not self.progress)
+        for step in bar:
+            row = self.train_step(step)
+            self.step = step + 1
+            if self.config.eval_every and (self.step % self.config.eval_every == 0 or self.step == self.config.steps):
+                row.update(self.evaluate())
+            self._log(row)
+            bar.set_postfix(reward=f"{row['reward_mean']:.3f}", success=f"{row['train_success']:.0%}", refresh=False)
+            if self.step % self.config.save_every == 0 or self.step == self.config.steps:
+                self.save_checkpoint()
+            for callback in self.callbacks:
+                callback(self, row)
+        return self.metrics()
+
+    def train_step(self, step: int) -> dict[str, float]:
+        """One rollout → judge → update cycle. Returns the step's metrics."""
+        config = self.config
+        row: dict[str, float] = {"step": step}
+        started = time.perf_counter()
+        seeds = [config.seed * 7919 + step * config.groups_per_step + i for i in range(config.groups_per_step)]
+        self.model.eval()
+        policy = self._policy(seed=config.seed * 1_000_003 + step)
+        groups = collect_groups(self.env, policy, seeds, config.num_generations, progress=False)
+        row["seconds_rollout"] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        judged = self.judge.score_groups(groups, progress=False)
+        row["seconds_judge"] = time.perf_counter() - started
+        row["judge_calls"] = sum(g.metadata.get("judge", {}).get("requests", 0) for g in groups)
+        row["judge_skipped_groups"] = len(groups) - len(judged)
+        for group in groups:
+            group.metadata["step"] = step
+        append_groups(self.run_dir / "trajectories.jsonl", groups)
+
+        trajectories = [t for g in groups for t in g.trajectories]
+        rewards = [t.reward for t in trajectories if t.reward is not None]
+        row["reward_mean"] = sum(rewards) / max(1, len(rewards))
+        row["reward_std"] = _std(rewards)
+        row["train_success"] = sum(t.outcome.success for t in trajectories) / max(1, len(trajectories))
+        row["train_mean_turns"] = sum(t.num_turns for t in trajectories) / max(1, len(trajectories))
+        row["completion_tokens"] = sum(len(c.token_ids) for t in trajectories for c in t.completions) / max(
+            1, len(trajectories)
+        )
+
+        started = time.perf_counter()
+        row.update(self._update(judged))
+        row["seconds_update"] = time.perf_counter() - started
+        return row
+
+    # ----- 4 and 5: advantages and the update ------------------------------------------------------------------------
+    def _update(self, groups: list[TrajectoryGroup]) -> dict[str, float]:
+        config = self.config
+        advantages = compute_advantages(
+            groups, scale_rewards=config.scale_rewards, credit_assignment=config.credit_assignment
+        )
+        stats: dict[str, float] = {
+            "zero_advantage_groups": advantages.num_zero_advantage_groups,
+            "trained_trajectories": len(advantages.trajectories),
+        }
+        examples: list[tuple[TrainingSequence, list[float]]] = []
+        for item in advantages.trajectories:
+            trajectory = groups[item.group].trajectories[item.member]
+            try:
+                examples.append((trajectory_to_sequence(trajectory, self.tokenizer), item.turn_advantages))
+            except NotTrainable:
+                stats["untrainable_trajectories"] = stats.get("untrainable_trajectories", 0) + 1
+        if not examples:
+            return {**stats, "loss": float("nan"), "skipped_update": 1.0}
+
+        self.model.train()
+        rng = random.Random(config.seed * 31 + self.step)
+        size = config.per_device_train_batch_size
+        totals: dict[str, float] = {}
+        optimizer_steps = skipped = 0
+        for _ in range(config.num_iterations):
+            rng.shuffle(examples)
+            micro_batches = [examples[i : i + size] for i in range(0, len(examples), size)]
+            for first in range(0, len(micro_batches), config.gradient_accumulation_steps):
+                chunk = micro_batches[first : first + config.gradient_accumulation_steps]
+                ok = self._optimizer_step(chunk, sum(len(b) for b in chunk), totals)
+                optimizer_steps += ok
+                skipped += not ok
+        stats.update(
+            {name: value / max(1, totals.get("_count", 1)) for name, value in totals.items() if name != "_count"}
+        )
+        stats.update({"optimizer_steps": optimizer_steps, "skipped_nonfinite": skipped})
+        return stats
+
+    def _optimizer_step(
+        self, chunk: list[list[tuple[TrainingSequence, list[float]]]], total: int, totals: dict
+    ) -> bool:
+        """Accumulate gradients over the micro-batches in `chunk`, then step; skip the step if anything is NaN/inf."""
+        self.optimizer.zero_grad(set_to_none=True)
+        pad_id = self.tokenizer.pad_token_id
+        for micro in chunk:
+            batch = collate([s for s, _ in micro], [a for _, a in micro], pad_id)
+            loss, stats = self._loss(batch)
+            if not torch.isfinite(loss):
+                self.optimizer.zero_grad(set_to_none=True)
+                return False
+            (loss * len(micro) / total).backward()  # each sequence weighs the same across micro-batches
+            for name, value in dataclasses.asdict(stats).items():
+                if value is not None:
+                    totals[name] = totals.get(name, 0.0) + float(value)
+            totals["loss"] = totals.get("loss", 0.0) + float(loss)
+            totals["_count"] = totals.get("_count", 0) + 1
+        parameters = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.config.max_grad_norm)
+        if not torch.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            return False
+        totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(grad_norm) * len(chunk)
+        self.optimizer.step()
+        return True
+
+    def _loss(self, batch: Any) -> tuple[torch.Tensor, Any]:
+        """Recompute log-probs of the sampled tokens under the current policy, then the GRPO loss."""
+        config = self.config
+        device = self.model.device
+        input_ids, attention_mask = batch.input_ids.to(device), batch.attention_mask.to(device)
+        logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+        logprobs = token_logprobs(logits, input_ids, config.temperature)  # (B, T-1): token t+1 given ≤ t
+        ref_logprobs = None
+        if config.beta > 0:
+            with torch.no_grad():
+                ref_logprobs = token_logprobs(
+                    self._reference_logits(input_ids, attention_mask), input_ids, config.temperature
+                )
+        return grpo_loss(
+            logprobs,
+            batch.old_logprobs[:, 1:].to(device),
+            batch.advantages[:, 1:].to(device),
+            batch.assistant_mask[:, 1:].to(device),
+            loss_type=config.loss_type,
+            epsilon=config.epsilon,
+            epsilon_high=config.epsilon_high,
+            beta=config.beta,
+            ref_logprobs=ref_logprobs,
+            importance_sampling_level=config.importance_sampling_level,
+        )
+
+    def _reference_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.reference_model is not None:
+            return self.reference_model(input_ids=input_ids, attention_mask=attention_mask).logits
+        with self.model.disable_adapter():  # LoRA: the reference is the base weights
+            return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+    # ----- evaluation: ground truth, never the judge ------------------------------------------------------------------
+    def evaluate(self, episodes: int | None = None) -> dict[str, float]:
+        """Success, mean turns, score and valid-turn rate on held-out seeds, one trajectory each."""
+        episodes = episodes or self.config.eval_episodes
+        self.model.eval()
+        seeds = range(EVAL_SEED_START, EVAL_SEED_START + episodes)
+        groups = collect_groups(self.eval_env, self._policy(seed=12345), seeds, 1, progress=False, batch_size=128)
+        return evaluation_metrics(groups)
+
+    def _policy(self, seed: int) -> HFPolicy:
+        config = self.config
+        return HFPolicy(self.model, self.tokenizer, config.temperature, config.top_p, config.max_new_tokens, seed=seed)
+
+    # ----- logs and checkpoints ---------------------------------------------------------------------------------------
+    def metrics(self) -> pd.DataFrame:
+        """Every logged row (training steps and evaluations) as a DataFrame."""
+        return pd.DataFrame(self.history)
+
+    def _log(self, row: dict[str, float], eval_only: bool = False) -> None:
+        row = {**row, "eval_only": eval_only}
+        self.history.append(row)
+        with (self.run_dir / "metrics.jsonl").open("a") as file:
+            file.write(json.dumps(row) + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+
+    def _has_eval(self, step: int) -> bool:
+        return any(r.get("eval_only") and r["step"] == step for r in self.history)
+
+    def _write_config(self) -> None:
+        path = self.run_dir / "config.json"
+        current = dataclasses.asdict(self.config)
+        if path.exists():
+            saved = json.loads(path.read_text())
+            changed = {k: (saved.get(k), v) for k, v in current.items() if saved.get(k) != v and k != "steps"}
+            if changed:
+                raise ValueError(f"{self.run_dir} holds a run with another config {changed}; use a new run_dir")
+        path.write_text(json.dumps(current, indent=2) + "\n")
+
+    def save_checkpoint(self) -> Path:
+        """Weights, optimizer, RNG states, step and config, written to a temporary folder then renamed."""
+        folder = self.run_dir / "checkpoints"
+        final = folder / f"step-{self.step:06d}"
+        work = folder / f".tmp-step-{self.step:06d}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        self.model.save_pretrained(work / "model")
+        self.tokenizer.save_pretrained(work / "model")
+        torch.save(
+            {
+                "optimizer": self.optimizer.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "python_rng": random.getstate(),
+                "step": self.step,
+            },
+            work / "trainer_state.pt",
+        )
+        (work / "config.json").write_text(json.dumps(dataclasses.asdict(self.config), indent=2) + "\n")
+        shutil.rmtree(final, ignore_errors=True)
+        os.rename(work, final)
+        for old in sorted(folder.glob("step-*"))[: -self.config.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def _resume(self) -> None:
+        """Load the last complete checkpoint, if any, and cut the logs back to the steps it covers."""
+        checkpoints = sorted((self.run_dir / "checkpoints").glob("step-*"))
+        if checkpoints:
+            latest = checkpoints[-1]
+            state = torch.load(latest / "trainer_state.pt", weights_only=False)
+            load_weights(self.model, latest / "model")
+            self.optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["torch_rng"])
+            random.setstate(state["python_rng"])
+            self.step = state["step"]
+        _truncate_jsonl(self.run_dir / "metrics.jsonl", lambda row: row["step"] < self.step or row["eval_only"])
+        path = self.run_dir / "trajectories.jsonl"
+        if path.exists():
+            kept = [g for g in iter_groups(path) if g.metadata.get("step", 0) < self.step]
+            path.unlink()
+            append_groups(path, kept)
+        metrics_path = self.run_dir / "metrics.jsonl"
+        self.history = (
+            [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
+        )
+        # An evaluation row logged with a step after the checkpoint belongs to the lost work: drop it too.
+        self.history = [r for r in self.history if r["step"] <= self.step]
+
+
+def load_weights(model: Any, folder: Path) -> None:
+    """Load saved weights into `model` in place: the LoRA adapter of a peft model, else the full state dict."""
+    if hasattr(model, "load_adapter"):
+        model.load_adapter(str(folder), adapter_name="default", is_trainable=True)
+        return
+    from safetensors.torch import load_file
+
+    files = sorted(folder.glob("*.safetensors"))
+    state = {}
+    for file in files:
+        state.update(load_file(file))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    real_missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
+    if real_missing or unexpected:
+        raise RuntimeError(f"checkpoint {folder} does not match the model: missing {real_missing}, extra {unexpected}")
+
+
+def evaluation_metrics(groups: list[TrajectoryGroup]) -> dict[str, float]:
+    """Ground-truth metrics of evaluation groups (one trajectory each): success, turns, score, valid turns."""
+    trajectories = [t for g in groups for t in g.trajectories]
+    turns = sum(t.num_turns for t in trajectories)
+    n = max(1, len(trajectories))
+    return {
+        "eval_success": sum(t.outcome.success for t in trajectories) / n,
+        "eval_mean_turns": sum(t.num_turns for t in trajectories) / n,
+        "eval_score": sum(t.outcome.score for t in trajectories) / n,
+        "eval_valid_turn_rate": 1 - sum(len(t.errors) for t in trajectories) / max(1, turns),
+    }
+
+
+def _truncate_jsonl(path: Path, keep: Callable[[dict], bool]) -> None:
+    if not path.exists():
+        return
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a torn last line from a crash
+            continue
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows if keep(r)))
+
+
+def _std(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))

@@ -1,0 +1,188 @@
+"""The training loop end to end on the small tiny model: tensors, a step, checkpoints, resume after SIGKILL."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from agentic_rl_lab.envs import GuessNumber
+from agentic_rl_lab.grpo.loss import token_logprobs
+from agentic_rl_lab.grpo.tensors import NotTrainable, collate, trajectory_to_sequence
+from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer
+from agentic_rl_lab.judge import ReferenceJudge
+from agentic_rl_lab.policies.hf import HFPolicy
+from agentic_rl_lab.rollout import collect_group
+from agentic_rl_lab.trajectory import Trajectory, load_groups
+
+
+@pytest.fixture
+def model_and_tokenizer(small_model_dir):
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(small_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(small_model_dir)
+    return model, tokenizer
+
+
+def sampled_group(model, tokenizer, seed=3, n=4):
+    policy = HFPolicy(model.eval(), tokenizer, temperature=1.0, max_new_tokens=32, seed=0)
+    return collect_group(GuessNumber(), policy, seed=seed, num_generations=n, progress=False)
+
+
+def test_the_training_sequence_holds_the_sampled_ids_and_the_mask_covers_only_them(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    group = sampled_group(model, tokenizer)
+    for trajectory in group.trajectories:
+        sequence = trajectory_to_sequence(trajectory, tokenizer)
+        assistant = [t for t, m in zip(sequence.input_ids, sequence.assistant_mask) if m]
+        assert assistant == [i for c in trajectory.completions for i in c.token_ids]
+        # The context of the first turn is exactly the prompt the policy read.
+        first = trajectory.completions[0]
+        prompt = HFPolicy(model, tokenizer).prompt_ids(trajectory.messages[: first.message_index], trajectory.tools)
+        assert sequence.input_ids[: len(prompt)] == prompt
+        assert sum(sequence.assistant_mask[: len(prompt)]) == 0
+        decoded = tokenizer.decode([t for t, m in zip(sequence.input_ids, sequence.assistant_mask) if not m])
+        assert "<|im_start|>tool" in decoded or trajectory.num_turns == 1
+        assert "<|im_start|>system" in decoded
+
+
+def test_recomputed_logprobs_match_the_sampling_logprobs_so_the_first_ratio_is_one(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    group = sampled_group(model, tokenizer)
+    sequences = [trajectory_to_sequence(t, tokenizer) for t in group.trajectories]
+    batch = collate(sequences, [[0.0]] * len(sequences), tokenizer.pad_token_id)
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    new = token_logprobs(logits, batch.input_ids)
+    mask = batch.assistant_mask[:, 1:].bool()
+    difference = (new - batch.old_logprobs[:, 1:]).abs()[mask]
+    assert difference.numel() > 0
+    assert float(difference.max()) < 1e-3
+
+
+def test_a_trajectory_without_token_ids_is_not_trainable():
+    trajectory = Trajectory(env="guess_number", seed=0, messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(NotTrainable, match="judged and viewed"):
+        trajectory_to_sequence(trajectory, None)
+
+
+def small_config(**overrides):
+    base = dict(
+        steps=2,
+        groups_per_step=2,
+        num_generations=4,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+        max_new_tokens=32,
+        eval_every=2,
+        eval_episodes=8,
+        save_every=1,
+        learning_rate=1e-3,
+    )
+    return GRPOConfig(**{**base, **overrides})
+
+
+def test_a_training_step_changes_the_weights_and_logs_the_diagnostics(model_and_tokenizer, tmp_path):
+    model, tokenizer = model_and_tokenizer
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = GRPOTrainer(small_config(), model, tokenizer, GuessNumber(), ReferenceJudge(), tmp_path, progress=False)
+    metrics = trainer.train()
+    trained = metrics[~metrics["eval_only"]]
+    assert list(trained["step"]) == [0, 1]
+    for column in [
+        "reward_mean",
+        "reward_std",
+        "zero_advantage_groups",
+        "clip_fraction",
+        "approx_kl",
+        "loss",
+        "seconds_rollout",
+        "seconds_judge",
+        "seconds_update",
+        "judge_calls",
+        "eval_success",
+    ]:
+        assert column in metrics.columns, column
+    assert (trained["optimizer_steps"] > 0).any()
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 3  # the evaluation before training, then two steps
+    assert [g.metadata["step"] for g in load_groups(tmp_path / "trajectories.jsonl")] == [0, 0, 1, 1]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-000001", "step-000002"]
+
+
+def test_a_group_whose_rewards_are_equal_contributes_no_update(model_and_tokenizer, tmp_path):
+    class Flat(ReferenceJudge):
+        def score_groups(self, groups, progress=True):
+            for group in groups:
+                for trajectory in group.trajectories:
+                    trajectory.reward = 0.5
+            return list(groups)
+
+    model, tokenizer = model_and_tokenizer
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = GRPOTrainer(
+        small_config(steps=1, eval_every=0), model, tokenizer, GuessNumber(), Flat(), tmp_path, progress=False
+    )
+    row = trainer.train().iloc[0]
+    assert row["zero_advantage_groups"] == 2 and row["skipped_update"] == 1
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_non_finite_loss_is_skipped_and_reported_never_applied(model_and_tokenizer, tmp_path):
+    model, tokenizer = model_and_tokenizer
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = GRPOTrainer(
+        small_config(steps=1, eval_every=0), model, tokenizer, GuessNumber(), ReferenceJudge(), tmp_path, progress=False
+    )
+    original = trainer._loss
+
+    def poisoned(batch):
+        loss, stats = original(batch)
+        return loss * float("nan"), stats
+
+    trainer._loss = poisoned
+    row = trainer.train().iloc[0]
+    assert row["skipped_nonfinite"] >= 1 and row["optimizer_steps"] == 0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+TRAIN_SCRIPT = """
+import sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from agentic_rl_lab.envs import GuessNumber
+from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer
+from agentic_rl_lab.judge import ReferenceJudge
+torch.manual_seed(0)
+model_dir, run_dir, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+tokenizer = AutoTokenizer.from_pretrained(model_dir)
+model = AutoModelForCausalLM.from_pretrained(model_dir)
+config = GRPOConfig(steps=steps, groups_per_step=2, num_generations=4, per_device_train_batch_size=4,
+                    gradient_accumulation_steps=1, max_new_tokens=32, eval_every=0, save_every=1, learning_rate=1e-3)
+GRPOTrainer(config, model, tokenizer, GuessNumber(), ReferenceJudge(), run_dir, progress=False).train()
+print("DONE")
+"""
+
+
+def test_a_run_killed_with_sigkill_resumes_from_its_last_checkpoint_without_repeating_steps(small_model_dir, tmp_path):
+    run = tmp_path / "run"
+    command = [sys.executable, "-c", TRAIN_SCRIPT, str(small_model_dir), str(run), "6"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (run / "checkpoints" / "step-000002").exists():
+        time.sleep(0.2)
+    assert (run / "checkpoints" / "step-000002").exists(), process.stderr.read().decode()[-2000:]
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "DONE" in done.stdout, done.stderr[-3000:]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4, 5], "every step exactly once"
+    steps = [g.metadata["step"] for g in load_groups(run / "trajectories.jsonl")]
+    assert steps == sorted(steps) and [steps.count(s) for s in range(6)] == [2] * 6, "no duplicate trajectories"
+    assert (run / "checkpoints" / "step-000006").exists()
