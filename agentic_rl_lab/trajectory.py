@@ -68,6 +68,20 @@ class Trajectory(BaseModel):
         """Number of assistant turns (actions)."""
         return sum(m.get("role") == "assistant" for m in self.messages)
 
+    def _repr_html_(self) -> str:
+        """A compact table for notebooks: the facts, then one row per message (long texts cut short)."""
+        outcome = f"success={self.outcome.success}, score {self.outcome.score:.3f}" if self.outcome else "—"
+        reward = "not judged" if self.reward is None else f"{self.reward:.3f}"
+        title = f"<b>Trajectory</b> {self.env} seed={self.seed}: {self.num_turns} turns, reward {reward}, {outcome}"
+        rows = []
+        for message in self.messages:
+            text = str(message.get("content") or "")
+            for call in message.get("tool_calls") or []:
+                function = call.get("function", {}) if isinstance(call, dict) else {}
+                text += f" {function.get('name')}({function.get('arguments')})"
+            rows.append({"role": message.get("role"), "text": text if len(text) <= 100 else text[:100] + " …"})
+        return title + pd.DataFrame(rows).to_html(index=False)
+
 
 class RecordedException(BaseModel):
     """An exception from an environment or policy, kept on the group instead of crashing the collection."""
