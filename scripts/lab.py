@@ -44,7 +44,8 @@ def ensure_environment(extras: str) -> Path:
         except Exception as exc:
             sys.exit(f"could not create {VENV} ({exc}); on Debian/Ubuntu install python3-venv first")
     stamp = VENV / f".lab-installed-{extras or 'base'}"
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    setup_files = [ROOT / "pyproject.toml", ROOT / "scripts" / "unsloth-cpu.txt"]
+    wanted = hashlib.sha256(b"".join(path.read_bytes() for path in setup_files)).hexdigest()
     if stamp.exists() and stamp.read_text() == wanted:
         return python
     pip = (python, "-m", "pip", "install", "--quiet")
@@ -55,6 +56,8 @@ def ensure_environment(extras: str) -> Path:
         if subprocess.run([*map(str, pip), "--no-index", TORCH]).returncode != 0:
             run(*pip, TORCH, "--index-url", TORCH_CPU_INDEX)
     run(*pip, "--editable", f"{ROOT}[{extras}]" if extras else str(ROOT))
+    if extras == "dev":  # the tests run Unsloth's real loading path on its CPU fallback
+        run(*pip, "--no-deps", "--requirement", ROOT / "scripts" / "unsloth-cpu.txt")
     stamp.write_text(wanted)
     return python
 

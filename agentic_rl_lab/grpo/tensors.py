@@ -51,26 +51,49 @@ def trajectory_to_sequence(trajectory: Trajectory, tokenizer: Any) -> TrainingSe
             f"{trajectory.env} seed={trajectory.seed}: no sampled token ids (an API policy gives none); "
             "such a trajectory can be judged and viewed, but not trained on"
         )
+    sampled = {c.message_index: (c.token_ids, c.logprobs) for c in trajectory.completions}
+    return splice_sampled_tokens(tokenizer, trajectory.messages, trajectory.tools, sampled)
+
+
+def splice_sampled_tokens(
+    tokenizer: Any,
+    messages: list[dict],
+    tools: list[dict] | None,
+    sampled: dict[int, tuple[list[int], list[float] | None]],
+    add_generation_prompt: bool = False,
+) -> TrainingSequence:
+    """The conversation as tokens, with the assistant messages in `sampled` (message index -> (ids, logprobs))
+    given by their sampled ids and everything else tokenized from the chat template.
+
+    Without `add_generation_prompt` it stops after the last sampled message (a training sequence); with it, it
+    continues to the end of `messages` and the `<|im_start|>assistant` header (a prompt). `HFPolicy` builds its
+    prompts with this too, so the model reads exactly the tokens the trainer later trains on.
+    """
     sequence = TrainingSequence([], [], [], [])
     rendered_until = 0  # characters of the rendered conversation already turned into tokens
-    for turn, completion in enumerate(sorted(trajectory.completions, key=lambda c: c.message_index)):
-        k = completion.message_index
-        if trajectory.messages[k].get("role") != "assistant":
-            raise ValueError(f"completion {turn} points at message {k}, which is not an assistant message")
+    for turn, k in enumerate(sorted(sampled)):
+        token_ids, logprobs = sampled[k]
+        if messages[k].get("role") != "assistant":
+            raise ValueError(f"sampled tokens point at message {k}, which is not an assistant message")
         # The context the policy read before this turn, minus what is already in the sequence.
-        prompt = render(tokenizer, trajectory.messages[:k], trajectory.tools, add_generation_prompt=True)
+        prompt = render(tokenizer, messages[:k], tools, add_generation_prompt=True)
         context_ids = tokenizer.encode(prompt[rendered_until:], add_special_tokens=False)
-        logprobs = completion.logprobs or [0.0] * len(completion.token_ids)
-        sequence.input_ids += context_ids + completion.token_ids
-        sequence.assistant_mask += [0] * len(context_ids) + [1] * len(completion.token_ids)
-        sequence.old_logprobs += [0.0] * len(context_ids) + list(logprobs)
-        sequence.turn += [-1] * len(context_ids) + [turn] * len(completion.token_ids)
+        sequence.input_ids += context_ids + list(token_ids)
+        sequence.assistant_mask += [0] * len(context_ids) + [1] * len(token_ids)
+        sequence.old_logprobs += [0.0] * len(context_ids) + list(logprobs or [0.0] * len(token_ids))
+        sequence.turn += [-1] * len(context_ids) + [turn] * len(token_ids)
         # The sampled ids stand for this assistant message up to its end-of-turn marker (or without it, when the
         # turn was cut off by max_new_tokens: the template then adds the marker back as context).
-        rendered = render(tokenizer, trajectory.messages[: k + 1], trajectory.tools)
+        rendered = render(tokenizer, messages[: k + 1], tools)
         rendered_until = rendered.rindex(END_OF_TURN)
-        if completion.token_ids[-1:] == [tokenizer.convert_tokens_to_ids(END_OF_TURN)]:
+        if list(token_ids[-1:]) == [tokenizer.convert_tokens_to_ids(END_OF_TURN)]:
             rendered_until += len(END_OF_TURN)
+    if add_generation_prompt:
+        tail = tokenizer.encode(render(tokenizer, messages, tools, True)[rendered_until:], add_special_tokens=False)
+        sequence.input_ids += tail
+        sequence.assistant_mask += [0] * len(tail)
+        sequence.old_logprobs += [0.0] * len(tail)
+        sequence.turn += [-1] * len(tail)
     return sequence
 
 

@@ -239,7 +239,7 @@ class GRPOTrainer:
             for name, value in dataclasses.asdict(stats).items():
                 if value is not None:
                     totals[name] = totals.get(name, 0.0) + float(value)
-            totals["loss"] = totals.get("loss", 0.0) + float(loss)
+            totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
             totals["_count"] = totals.get("_count", 0) + 1
         parameters = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.config.max_grad_norm)
@@ -373,10 +373,12 @@ class GRPOTrainer:
 
 def load_weights(model: Any, folder: Path) -> None:
     """Load saved weights into `model` in place: the LoRA adapter of a peft model, else the full state dict."""
-    if hasattr(model, "load_adapter"):
-        model.load_adapter(str(folder), adapter_name="default", is_trainable=True)
-        return
+    from peft import PeftModel, set_peft_model_state_dict
     from safetensors.torch import load_file
+
+    if isinstance(model, PeftModel):
+        set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
+        return
 
     files = sorted(folder.glob("*.safetensors"))
     state = {}

@@ -1,0 +1,206 @@
+"""Tiers: which model a notebook runs, how it loads, how it is fine-tuned, and how long it may speak.
+
+Every notebook's parameters cell holds `TIER = "auto"`: a GPU tier where CUDA is present, `cpu-tiny` elsewhere.
+
+| tier | model | loads with |
+| --- | --- | --- |
+| `cpu-tiny` | the lab's own ~5M Llama, built locally (`agentic_rl_lab.tiny`) | transformers, CPU |
+| `cpu-small` | Qwen2.5-0.5B-Instruct from the Hub (needs internet) | transformers, CPU |
+| `t4` | Qwen2.5-3B-Instruct, 4-bit (1.5B also fits) | Unsloth, free Colab T4 |
+| `a100` | Qwen2.5-7B-Instruct | Unsloth |
+
+GPU tiers fine-tune LoRA adapters, so the reference model for the KL term is the same weights with the adapters
+switched off. `cpu-tiny` trains all its weights (a frozen copy is the reference): see `CPU_TINY_TRAINING`.
+
+Unsloth is imported only inside `load_model`, when a tier asks for it: `import agentic_rl_lab` never imports
+unsloth or vllm. Unsloth's CPU fallback loads, LoRA-trains and samples without a GPU; its vLLM fast inference
+and 4-bit loading need CUDA, and asking for them without a GPU fails with a message naming the CPU options.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """A LoRA adapter (peft): rank `r`, scale `alpha / r`, on the named projection layers."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = ALL_LINEAR
+
+
+@dataclass(frozen=True)
+class TierProfile:
+    """Everything a tier fixes about its policy model."""
+
+    name: str
+    model_name: str
+    """A Hub id, or a local directory in the Hugging Face layout; `"tiny"` means the lab's own built model."""
+    loader: Literal["transformers", "unsloth"]
+    dtype: Literal["float32", "bfloat16", "float16"]
+    load_in_4bit: bool
+    lora: LoraSettings | None
+    """`None`: fine-tune every weight, with a frozen copy as the reference model."""
+    max_seq_length: int
+    max_new_tokens: int
+    """Per assistant turn."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    estimate: str = ""
+    """Expected runtime and memory, with where the figure comes from, until measured on the tier's hardware."""
+
+
+CPU_TINY_TRAINING = "full"
+"""How `cpu-tiny` is fine-tuned: `"full"`. Measured here (benchmarks/results/tiny_lora_vs_full.json): on the
+~5M model, a rank-8 LoRA on the attention projections barely moves the policy where full fine-tuning does."""
+
+PROFILES: dict[str, TierProfile] = {
+    "cpu-tiny": TierProfile(
+        "cpu-tiny", "tiny", "transformers", "float32", False, lora=None, max_seq_length=3072, max_new_tokens=64,
+        estimate="measured on 2 CPU cores: build <10 min once, ~2,000 sampled tokens/s, <3 GB RAM",
+    ),
+    "cpu-small": TierProfile(
+        "cpu-small", "Qwen/Qwen2.5-0.5B-Instruct", "transformers", "float32", False, LoraSettings(r=16, alpha=32),
+        max_seq_length=4096, max_new_tokens=256,
+        estimate="estimate: ~2-4 GB RAM; tens of tokens/s on a laptop CPU (unmeasured here: no Hub access)",
+    ),
+    "t4": TierProfile(
+        "t4", "unsloth/Qwen2.5-3B-Instruct", "unsloth", "float16", True, LoraSettings(r=16, alpha=32),
+        max_seq_length=4096, max_new_tokens=256,
+        estimate="estimate from Unsloth's and ART's T4 notebooks (Qwen2.5-3B, 4-bit): ~8-12 GB of 15 GB VRAM",
+    ),
+    "a100": TierProfile(
+        "a100", "unsloth/Qwen2.5-7B-Instruct", "unsloth", "bfloat16", False, LoraSettings(r=32, alpha=64),
+        max_seq_length=8192, max_new_tokens=512,
+        estimate="estimate from Unsloth's docs (7B LoRA in 16-bit): ~25-35 GB of 40/80 GB VRAM",
+    ),
+}
+TIERS = tuple(PROFILES)
+
+
+def choose_tier(requested: str = "auto") -> tuple[str, str]:
+    """Resolve `requested` to a tier name and say why; `"auto"` picks from the GPU that is present, if any."""
+    if requested != "auto":
+        if requested not in PROFILES:
+            raise ValueError(f"unknown tier {requested!r}; choose 'auto' or one of: {', '.join(TIERS)}")
+        return requested, "asked for explicitly"
+    try:
+        import torch
+    except ImportError:
+        return "cpu-tiny", "torch is not installed, so no GPU can be used"
+    if not torch.cuda.is_available():
+        return "cpu-tiny", "no CUDA GPU found"
+    name = torch.cuda.get_device_name(0)
+    memory_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    tier = "a100" if memory_gib >= 35 else "t4"
+    return tier, f"found {name} with {memory_gib:.0f} GiB"
+
+
+@dataclass
+class LoadedModel:
+    """A policy model ready for sampling and training, with its tokenizer and the profile it came from."""
+
+    model: Any
+    tokenizer: Any
+    profile: TierProfile
+
+
+def load_model(
+    tier: str | TierProfile = "cpu-tiny",
+    *,
+    model_name: str | Path | None = None,
+    fast_inference: bool = False,
+    add_lora: bool = True,
+) -> LoadedModel:
+    """Load a tier's model and tokenizer and, when the tier uses LoRA and `add_lora`, attach fresh adapters.
+
+    `model_name` overrides the profile's model (a Hub id or a local directory). `fast_inference` asks Unsloth for
+    its vLLM engine (GPU only).
+    """
+    profile = PROFILES[choose_tier(tier)[0]] if isinstance(tier, str) else tier
+    if model_name is not None:
+        profile = dataclasses.replace(profile, model_name=str(model_name))
+    if fast_inference and profile.loader != "unsloth":
+        raise ValueError(f"fast_inference is Unsloth's vLLM engine; tier {profile.name} loads with transformers")
+    if profile.model_name == "tiny":
+        from agentic_rl_lab.tiny import build_tiny_model
+
+        profile = dataclasses.replace(profile, model_name=str(build_tiny_model()))
+    if profile.loader == "unsloth":
+        return _load_with_unsloth(profile, fast_inference, add_lora)
+    return _load_with_transformers(profile, add_lora)
+
+
+def _load_with_transformers(profile: TierProfile, add_lora: bool) -> LoadedModel:
+    """`AutoModelForCausalLM` + `AutoTokenizer` (left padding, for batched generation), then peft LoRA."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if profile.load_in_4bit:
+        raise ValueError("4-bit loading goes through Unsloth (tiers t4/a100); transformers tiers load full precision")
+    tokenizer = AutoTokenizer.from_pretrained(profile.model_name, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(profile.model_name, dtype=getattr(torch, profile.dtype))
+    if profile.lora is not None and add_lora:
+        model = _add_peft_lora(model, profile.lora)
+    return LoadedModel(model, tokenizer, profile)
+
+
+def _add_peft_lora(model: Any, lora: LoraSettings) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = [m for m in lora.target_modules if m in present]
+    if not targets:
+        raise ValueError(f"none of the LoRA target modules {lora.target_modules} exist in this model")
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets)
+    return get_peft_model(model, config)
+
+
+def _load_with_unsloth(profile: TierProfile, fast_inference: bool, add_lora: bool) -> LoadedModel:
+    """`FastLanguageModel.from_pretrained` + `get_peft_model`. Unsloth is imported here and nowhere else."""
+    import torch
+
+    if (fast_inference or profile.load_in_4bit) and not torch.cuda.is_available():
+        wanted = " and ".join(
+            what for what, on in (("fast_inference (vLLM)", fast_inference), ("4-bit loading", profile.load_in_4bit))
+            if on
+        )
+        raise RuntimeError(
+            f"{wanted} needs a CUDA GPU, and none is available. On a CPU use tier 'cpu-tiny' or 'cpu-small' "
+            "(transformers), or Unsloth's CPU fallback with a 16/32-bit profile: "
+            "dataclasses.replace(PROFILES['t4'], load_in_4bit=False, dtype='float32') and fast_inference=False."
+        )
+    try:
+        from unsloth import FastLanguageModel
+    except ImportError as exc:
+        raise ImportError(
+            f"tier {profile.name} loads with Unsloth, which is not installed: pip install 'agentic-rl-lab[gpu]' "
+            "(on a CUDA machine), or use tier 'cpu-tiny'."
+        ) from exc
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=profile.model_name,
+        max_seq_length=profile.max_seq_length,
+        dtype=getattr(torch, profile.dtype),
+        load_in_4bit=profile.load_in_4bit,
+        fast_inference=fast_inference,
+    )
+    tokenizer.padding_side = "left"
+    if profile.lora is not None and add_lora:
+        model = FastLanguageModel.get_peft_model(
+            model,
+            r=profile.lora.r,
+            lora_alpha=profile.lora.alpha,
+            lora_dropout=profile.lora.dropout,
+            target_modules=list(profile.lora.target_modules),
+            use_gradient_checkpointing="unsloth" if torch.cuda.is_available() else False,
+            random_state=0,
+        )
+    return LoadedModel(model, tokenizer, profile)

@@ -1,0 +1,138 @@
+"""The cpu-tiny model after SFT, played through the rollout engine on held-out scenarios.
+
+    python benchmarks/tiny_policy.py              # writes benchmarks/results/tiny_policy.json
+    python benchmarks/tiny_policy.py --rebuild    # also times a fresh build (into a temporary cache)
+
+Targets on guess_number (500 held-out seeds, temperature 1.0): a format-valid turn rate of at least 95% and a
+success rate of at least 80%, with mean guesses near the mediocre demonstrator's (about 7.4), well above the
+optimum (5.8): the model has learnt the format and a consistent strategy, and GRPO has headroom.
+
+A turn is *format-valid* when the environment answered it without an error observation (no missing, malformed
+or unknown tool call, no bad arguments). fog_maze and inbox_search are reported, without targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from agentic_rl_lab.envs import ENVIRONMENTS, make
+from agentic_rl_lab.envs.guess_number import optimal_mean_guesses
+from agentic_rl_lab.policies import HFPolicy, ScriptedPolicy
+from agentic_rl_lab.rollout import collect_groups
+from agentic_rl_lab.tiny import DEFAULT_CONFIG, HELD_OUT_SEED_START, build_tiny_model, load_build_info
+
+GUESS_SEEDS = 500
+OTHER_SEEDS = {"fog_maze": 100, "inbox_search": 100}
+"""Fewer held-out scenarios for the long environments: a fog_maze episode is up to 40 turns of 1,000+ tokens."""
+ENV_KWARGS = {"inbox_search": {"split": "test"}}
+"""inbox_search questions of the test split, which the demonstrations never saw."""
+TARGETS = {"min_format_valid_turn_rate": 0.95, "min_success_rate": 0.80, "mean_guesses_between": [6.8, 8.2]}
+
+
+def evaluate(policy, env_name: str, seeds: range) -> dict:
+    """Play one trajectory per seed and summarise: success, format-valid turns, turns, score, timing."""
+    env = make(env_name, **ENV_KWARGS.get(env_name, {}))
+    started = time.perf_counter()
+    # A rollout can fail, e.g. when a long episode outgrows the model's context: it counts as a failed episode.
+    groups = collect_groups(env, policy, seeds, num_generations=1, batch_size=64, max_exceptions=len(seeds))
+    seconds = time.perf_counter() - started
+    trajectories = [t for g in groups for t in g.trajectories]
+    failed = sum(len(g.exceptions) for g in groups)
+    turns = sum(t.num_turns for t in trajectories)
+    bad_turns = sum(len({e.turn for e in t.errors}) for t in trajectories)
+    successful = [t.outcome.num_steps for t in trajectories if t.outcome.success]
+    return {
+        "episodes": len(trajectories) + failed,
+        "failed_rollouts": failed,
+        "failure_reasons": sorted({e.message[:120] for g in groups for e in g.exceptions}),
+        "format_valid_turn_rate": (turns - bad_turns) / turns,
+        "success_rate": sum(t.outcome.success for t in trajectories) / (len(trajectories) + failed),
+        "mean_turns": turns / len(trajectories),
+        "mean_turns_when_successful": statistics.mean(successful) if successful else None,
+        "mean_score": statistics.mean(t.outcome.score for t in trajectories),
+        "truncated_rate": sum(bool(t.metrics.get("truncated")) for t in trajectories) / len(trajectories),
+        "seconds": round(seconds, 1),
+    }
+
+
+def main() -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rebuild", action="store_true", help="time a fresh build in a temporary cache directory")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+
+    with tempfile.TemporaryDirectory() as scratch:
+        # The build is deterministic, so a fresh build in a scratch cache is the same model as the cached one.
+        path = build_tiny_model(DEFAULT_CONFIG, root=scratch if args.rebuild else None)
+        info = load_build_info(path)
+        policy = HFPolicy.from_pretrained(path, temperature=1.0, seed=0, max_new_tokens=64)
+    report = run(policy, path, info)
+    out = Path(__file__).parent / "results" / "tiny_policy.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in report.items() if k not in ("model", "guess_number", "other_envs")}, indent=2))
+    print(json.dumps(report["other_envs"], indent=2))
+    return report
+
+
+def run(policy: HFPolicy, path: Path, info: dict) -> dict:
+    """Evaluate on every environment and assemble the report."""
+
+    guess_seeds = range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + GUESS_SEEDS)
+    guess = evaluate(policy, "guess_number", guess_seeds)
+    baselines = {}
+    env = make("guess_number")
+    for strategy in ["mediocre", "expert"]:
+        groups = collect_groups(env, ScriptedPolicy(env, strategy, seed=0), guess_seeds, 1, progress=False)
+        steps = [g.trajectories[0].outcome.num_steps for g in groups]
+        baselines[strategy] = {
+            "success_rate": sum(g.trajectories[0].outcome.success for g in groups) / len(groups),
+            "mean_guesses": statistics.mean(steps),
+        }
+    others = {
+        name: evaluate(policy, name, range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + OTHER_SEEDS.get(name, 100)))
+        for name in ENVIRONMENTS
+        if name != "guess_number"
+    }
+
+    mean_low, mean_high = TARGETS["mean_guesses_between"]
+    return {
+        "model": {
+            "path": str(path),
+            "cache_key": info["cache_key"],
+            "parameters": info["parameters"],
+            "architecture": "LlamaForCausalLM",
+            "sft_steps": info["config"]["sft_steps"],
+            "demonstrations": info["demonstrations"],
+            "final_sft_loss": statistics.mean(info["losses"][-20:]),
+        },
+        "build_seconds": info["seconds"]["total"],
+        "build_seconds_by_phase": info["seconds"],
+        "sampling": {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 64, "seed": 0},
+        "env": "guess_number",
+        "seeds": {"first": guess_seeds.start, "count": len(guess_seeds)},
+        "format_valid_turn_rate": guess["format_valid_turn_rate"],
+        "success_rate": guess["success_rate"],
+        "mean_guesses": guess["mean_turns"],
+        "guess_number": guess,
+        "baselines_same_seeds": baselines,
+        "optimal_mean_guesses": optimal_mean_guesses(1, 100),
+        "other_envs": others,
+        "policy_counts": dict(policy.counts),
+        "threads": torch.get_num_threads(),
+        "targets": TARGETS,
+        "met": guess["format_valid_turn_rate"] >= TARGETS["min_format_valid_turn_rate"]
+        and guess["success_rate"] >= TARGETS["min_success_rate"]
+        and mean_low <= guess["mean_turns"] <= mean_high,
+    }
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Tier profiles and model loading: transformers on cpu-tiny, and Unsloth's real loading path on its CPU fallback."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from agentic_rl_lab.models import PROFILES, TIERS, LoraSettings, choose_tier, load_model
+
+
+def test_tiers_resolve_and_unknown_tiers_name_the_choices():
+    assert TIERS == ("cpu-tiny", "cpu-small", "t4", "a100")
+    assert choose_tier("t4") == ("t4", "asked for explicitly")
+    tier, why = choose_tier("auto")
+    assert tier == "cpu-tiny" and "no CUDA" in why  # this machine has no GPU
+    with pytest.raises(ValueError, match="cpu-tiny, cpu-small, t4, a100"):
+        choose_tier("h100")
+
+
+def test_gpu_tiers_use_lora_and_unsloth_and_cpu_tiny_trains_all_weights():
+    assert PROFILES["cpu-tiny"].lora is None and PROFILES["cpu-tiny"].loader == "transformers"
+    for tier in ("t4", "a100"):
+        assert PROFILES[tier].loader == "unsloth" and PROFILES[tier].lora is not None
+    assert PROFILES["t4"].load_in_4bit
+    assert all(profile.estimate for profile in PROFILES.values()), "every tier states its runtime and memory"
+
+
+def test_the_tiny_model_loads_with_plain_transformers(small_model_dir):
+    loaded = load_model("cpu-tiny", model_name=small_model_dir)
+    assert type(loaded.model).__name__ == "LlamaForCausalLM"
+    assert loaded.tokenizer.padding_side == "left"
+    assert loaded.tokenizer.tokenize(" 50") == ["Ġ50"], "the trained tokenizer, not a digit-splitting one"
+
+
+def test_lora_adapters_are_added_by_peft_on_a_transformers_tier(small_model_dir):
+    import dataclasses
+
+    profile = dataclasses.replace(PROFILES["cpu-small"], model_name=str(small_model_dir), lora=LoraSettings(r=4))
+    loaded = load_model(profile)
+    trainable = sum(p.numel() for p in loaded.model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in loaded.model.parameters())
+    assert 0 < trainable < total / 5
+    with loaded.model.disable_adapter():  # the reference model: same weights, adapters off
+        pass
+
+
+def test_gpu_only_features_without_a_gpu_fail_with_the_cpu_options():
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU.*cpu-tiny"):
+        load_model("t4")  # 4-bit
+    with pytest.raises(ValueError, match="fast_inference"):
+        load_model("cpu-tiny", fast_inference=True)
+    assert "unsloth" not in sys.modules, "the check happens before Unsloth is imported"
+
+
+UNSLOTH_SCRIPT = """
+import dataclasses, json, sys
+import torch
+from agentic_rl_lab.models import PROFILES, LoraSettings, load_model
+
+path = sys.argv[1]
+profile = dataclasses.replace(
+    PROFILES["t4"], model_name=path, load_in_4bit=False, dtype="float32", max_seq_length=512,
+    lora=LoraSettings(r=8, alpha=16, target_modules=("q_proj", "k_proj", "v_proj", "o_proj")),
+)
+loaded = load_model(profile)
+model, tokenizer = loaded.model, loaded.tokenizer
+trainable = [p for p in model.parameters() if p.requires_grad]
+batch = tokenizer(["<|im_start|>user\\nhello<|im_end|>"], return_tensors="pt")
+loss = model(**batch, labels=batch["input_ids"]).loss
+loss.backward()
+grad = sum(float(p.grad.abs().sum()) for p in trainable if p.grad is not None)
+model.eval()
+out = model.generate(**batch, max_new_tokens=5, do_sample=False)
+print("RESULT " + json.dumps({
+    "unsloth_imported": "unsloth" in sys.modules,
+    "model_class": type(model).__name__,
+    "trainable": sum(p.numel() for p in trainable),
+    "total": sum(p.numel() for p in model.parameters()),
+    "loss": float(loss),
+    "grad": grad,
+    "new_tokens": out.shape[1] - batch["input_ids"].shape[1],
+    "tokens_50": tokenizer.tokenize(" 50"),
+}))
+"""
+
+
+def test_unsloth_loads_lora_trains_and_samples_the_tiny_model_on_cpu(small_model_dir):
+    # A subprocess: importing unsloth patches transformers for the whole process.
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(UNSLOTH_SCRIPT), str(small_model_dir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert result.returncode == 0 and lines, f"Unsloth path failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    report = json.loads(lines[-1].removeprefix("RESULT "))
+    assert report["unsloth_imported"]
+    assert report["model_class"].startswith("PeftModel")
+    assert 0 < report["trainable"] < report["total"] / 5
+    assert report["loss"] > 0 and report["grad"] > 0, "the LoRA adapters receive gradients"
+    assert report["new_tokens"] >= 1
+    assert report["tokens_50"] == ["Ġ50"]

@@ -1,0 +1,194 @@
+"""The cpu-tiny model: built deterministically, cached atomically, and loadable exactly as a user loads it.
+
+These tests use `SMALL_CONFIG` (built once, seconds, into the user cache: `$AGENTIC_RL_LAB_CACHE` or
+~/.cache/agentic_rl_lab) and an even smaller `MICRO` config built into temporary directories. The default model's
+quality is measured by `benchmarks/tiny_policy.py` and checked by the notebooks.
+"""
+
+import dataclasses
+import json
+import time
+
+import pytest
+import torch
+from tokenizers import Tokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+from agentic_rl_lab import tiny
+from agentic_rl_lab.chat import CHAT_TEMPLATE, render
+from agentic_rl_lab.envs import ENVIRONMENTS, GuessNumber
+from agentic_rl_lab.tiny import SMALL_CONFIG, TinyConfig, build_tiny_model, load_build_info, play_episodes
+
+MICRO = dataclasses.replace(
+    SMALL_CONFIG,
+    name="micro",
+    vocab_size=600,
+    tokenizer_episodes=3,
+    hidden_size=32,
+    num_layers=1,
+    intermediate_size=64,
+    demonstrators=(("guess_number", "mediocre", 20),),
+    other_env_episodes=2,
+    sft_steps=4,
+    batch_tokens=2048,
+    demonstrator_samples=0,
+)
+"""Seconds to build, learns nothing: for the properties of building, not of the model."""
+
+
+@pytest.fixture(scope="module")
+def small_model():
+    torch.set_num_threads(2)
+    return build_tiny_model(SMALL_CONFIG, progress=False)
+
+
+def rendered_episodes():
+    return [render(m, t) for name in ENVIRONMENTS for m, t in play_episodes(name, "random", 3, seed=11)]
+
+
+def test_reloading_as_a_user_would_gives_the_trained_tokenisation(small_model):
+    """The Qwen2 trap: a Qwen2 config.json would make AutoTokenizer split " 50" into " ", "5", "0"."""
+    loaded = AutoTokenizer.from_pretrained(small_model)
+    assert "Qwen2" not in type(loaded).__name__
+    trained = Tokenizer.from_file(str(small_model / "tokenizer.json"))  # the raw trained tokenizer, no wrapper
+    for text in rendered_episodes():
+        assert loaded.encode(text, add_special_tokens=False) == trained.encode(text, add_special_tokens=False).ids
+    assert loaded.tokenize(" 50") == ["Ġ50"]
+    assert loaded.tokenize("<tool_call></tool_call><|im_end|>") == ["<tool_call>", "</tool_call>", "<|im_end|>"]
+
+
+def test_tokenizer_carries_chat_template_end_of_turn_padding_and_left_padding(small_model):
+    loaded = AutoTokenizer.from_pretrained(small_model)
+    assert loaded.chat_template == CHAT_TEMPLATE
+    assert (loaded.eos_token, loaded.pad_token, loaded.padding_side) == ("<|im_end|>", "<|pad|>", "left")
+    assert loaded.pad_token_id != loaded.eos_token_id
+    batch = loaded(["a", "a b c"], padding=True)
+    assert batch["attention_mask"][0][0] == 0, "padding goes on the left, as batched generation needs"
+    assert "<tool_call>" in loaded.decode(loaded.encode("<tool_call>"), skip_special_tokens=True)
+
+
+def test_model_loads_with_auto_classes_as_llama_and_samples_without_top_k(small_model):
+    model = AutoModelForCausalLM.from_pretrained(small_model)
+    assert isinstance(model, LlamaForCausalLM)
+    tokenizer = AutoTokenizer.from_pretrained(small_model)
+    assert model.config.vocab_size >= len(tokenizer) and model.config.vocab_size % 64 == 0
+    assert model.config.eos_token_id == tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert model.config.tie_word_embeddings and model.config.max_position_embeddings == SMALL_CONFIG.max_context
+    assert (model.generation_config.top_k, model.generation_config.do_sample) == (0, True)
+    info = load_build_info(small_model)
+    assert info["parameters"] == sum(p.numel() for p in model.parameters())
+    assert info["cache_key"] == small_model.name == SMALL_CONFIG.cache_key()
+
+
+def test_sft_lowers_the_loss_and_every_registered_env_is_demonstrated(small_model):
+    info = load_build_info(small_model)
+    losses = info["losses"]
+    assert len(losses) == SMALL_CONFIG.sft_steps
+    assert sum(losses[-10:]) / 10 < 0.3 * sum(losses[:5]) / 5
+    assert set(info["demonstrations"]) == set(ENVIRONMENTS)
+    for stats in info["demonstrations"].values():
+        assert 0 < stats["assistant_tokens"] < stats["tokens"] and stats["max_tokens"] <= SMALL_CONFIG.max_context
+
+
+def test_a_cached_model_is_returned_instantly(small_model):
+    started = time.perf_counter()
+    assert build_tiny_model(SMALL_CONFIG, progress=False) == small_model
+    assert time.perf_counter() - started < 1.0
+
+
+def test_the_command_line_prints_the_cached_path(small_model, capsys):
+    assert tiny.main(["--small", "--cache-dir", str(small_model.parent)]) == small_model
+    assert "cached tiny model (small, built in" in capsys.readouterr().out
+
+
+def test_same_config_same_weights_and_a_different_seed_differs(tmp_path):
+    first = build_tiny_model(MICRO, root=tmp_path / "a", progress=False)
+    second = build_tiny_model(MICRO, root=tmp_path / "b", progress=False)
+    for name in ["model.safetensors", "tokenizer.json", "config.json"]:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    other = build_tiny_model(dataclasses.replace(MICRO, seed=1), root=tmp_path / "c", progress=False)
+    assert other.name != first.name
+    assert (other / "model.safetensors").read_bytes() != (first / "model.safetensors").read_bytes()
+
+
+def test_a_crash_mid_build_leaves_no_cache_entry_and_no_debris(tmp_path, monkeypatch):
+    def crash(config, out, progress):
+        (out / "model.safetensors").write_bytes(b"half a model")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tiny, "_build", crash)
+    with pytest.raises(KeyboardInterrupt):
+        build_tiny_model(MICRO, root=tmp_path, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_when_another_process_finishes_first_its_copy_is_kept(tmp_path, monkeypatch):
+    real_build = tiny._build
+
+    def racing_build(config, out, progress):
+        report = real_build(config, out, progress)
+        (tmp_path / config.cache_key()).mkdir()
+        (tmp_path / config.cache_key() / "winner").write_text("the other process")
+        return report
+
+    monkeypatch.setattr(tiny, "_build", racing_build)
+    path = build_tiny_model(MICRO, root=tmp_path, progress=False)
+    assert (path / "winner").exists()
+    assert [p.name for p in tmp_path.iterdir()] == [MICRO.cache_key()]
+
+
+def test_cache_key_follows_the_config_and_the_registered_environments(monkeypatch):
+    assert TinyConfig().cache_key() == TinyConfig().cache_key()
+    assert TinyConfig(sft_steps=1).cache_key() != TinyConfig().cache_key()
+    before = TinyConfig().cache_key()
+    monkeypatch.setitem(ENVIRONMENTS, "another_guess", GuessNumber)
+    assert TinyConfig().cache_key() != before
+
+
+def test_an_environment_the_config_does_not_name_is_demonstrated_with_its_best_weak_strategy(monkeypatch):
+    class Unnamed(GuessNumber):
+        name = "unnamed"
+        strategies = {"random": GuessNumber.strategies["random"], "expert": GuessNumber.strategies["expert"]}
+
+    monkeypatch.setitem(ENVIRONMENTS, "unnamed", Unnamed)
+    plan = {env: (strategy, episodes) for env, strategy, episodes in tiny.demonstrators(MICRO)}
+    assert plan["unnamed"] == ("expert", MICRO.other_env_episodes)
+    assert plan["guess_number"] == ("mediocre", 20)
+
+
+def test_demonstrations_are_reproducible_and_never_use_held_out_seeds():
+    first = play_episodes("guess_number", "mediocre", 5, seed=0)
+    assert first == play_episodes("guess_number", "mediocre", 5, seed=0)
+    assert json.dumps(first) != json.dumps(play_episodes("guess_number", "mediocre", 5, seed=1))
+    for config in (tiny.DEFAULT_CONFIG, SMALL_CONFIG):
+        most = max([episodes for _, _, episodes in config.demonstrators] + [config.tokenizer_episodes])
+        # demonstrations use scenarios seed * 1e6 + i; the tokenizer's corpus (seed + 1) * 1e6 + i
+        assert (config.seed + 1) * 1_000_000 + most < tiny.HELD_OUT_SEED_START
+
+
+def test_demonstrations_too_long_for_the_context_are_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="longer than max_context=64 tokens"):
+        build_tiny_model(dataclasses.replace(MICRO, max_context=64), root=tmp_path, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sft_loss_with_soft_targets_is_the_cross_entropy_to_the_demonstrators_distribution(small_model):
+    model = AutoModelForCausalLM.from_pretrained(small_model)
+    tokenizer = AutoTokenizer.from_pretrained(small_model)
+    (messages, tools), *_ = play_episodes("guess_number", "mediocre", 1, seed=4)
+    ids, mask = tiny.tokenize_episode(tokenizer, messages, tools)
+    hard = tiny.Example("guess_number", ids, mask)
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    position = next(p for p in range(len(ids)) if mask[p] and tokens[p].lstrip("Ġ").isdigit())  # the first guess
+    other = tokenizer.convert_tokens_to_ids("Ġ7" if tokens[position] != "Ġ7" else "Ġ8")
+    soft = tiny.Example("guess_number", ids, mask, soft_targets={position: {ids[position]: 0.25, other: 0.75}})
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0].float(), -1)
+        targets = [p for p in range(1, len(ids)) if mask[p]]
+        expected_hard = -torch.stack([logprobs[p - 1, ids[p]] for p in targets]).mean()
+        at = -(0.25 * logprobs[position - 1, ids[position]] + 0.75 * logprobs[position - 1, other])
+        expected_soft = expected_hard + (at - -logprobs[position - 1, ids[position]]) / len(targets)
+        assert torch.allclose(tiny.sft_loss(model, [hard], tokenizer.pad_token_id), expected_hard, atol=1e-5)
+        assert torch.allclose(tiny.sft_loss(model, [soft], tokenizer.pad_token_id), expected_soft, atol=1e-5)
+        padded = tiny.sft_loss(model, [soft, tiny.Example("x", ids[:40], mask[:40])], tokenizer.pad_token_id)
+        assert torch.isfinite(padded), "right padding needs no attention mask"
