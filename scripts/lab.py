@@ -53,7 +53,8 @@ def ensure_environment(extras: str) -> Path:
     has_torch = subprocess.run([str(python), "-c", "import torch"], capture_output=True).returncode == 0
     if not has_torch:
         # A CPU wheel from a local wheel folder or mirror if pip is configured with one, else PyTorch's CPU index.
-        if subprocess.run([*map(str, pip), "--no-index", TORCH]).returncode != 0:
+        # The wheel alone (--no-deps): its small dependencies come from the normal index with the package below.
+        if subprocess.run([*map(str, pip), "--no-index", "--no-deps", TORCH]).returncode != 0:
             run(*pip, TORCH, "--index-url", TORCH_CPU_INDEX)
     run(*pip, "--editable", f"{ROOT}[{extras}]" if extras else str(ROOT))
     if extras == "dev":  # the tests run Unsloth's real loading path on its CPU fallback
