@@ -201,8 +201,8 @@ class GRPOTrainer:
                 examples.append((trajectory_to_sequence(trajectory, self.tokenizer), item.turn_advantages))
             except NotTrainable:
                 stats["untrainable_trajectories"] = stats.get("untrainable_trajectories", 0) + 1
-        if not examples:
-            return {**stats, "loss": float("nan"), "skipped_update": 1.0}
+        if not examples:  # every group had equal rewards: nothing to learn from this step
+            return {**stats, "loss": float("nan"), "skipped_update": 1.0, "optimizer_steps": 0, "skipped_nonfinite": 0}
 
         self.model.train()
         rng = random.Random(config.seed * 31 + self.step)

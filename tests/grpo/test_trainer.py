@@ -90,7 +90,7 @@ def small_config(**overrides):
 def test_a_training_step_changes_the_weights_and_logs_the_diagnostics(model_and_tokenizer, tmp_path):
     model, tokenizer = model_and_tokenizer
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    trainer = GRPOTrainer(small_config(), model, tokenizer, GuessNumber(), ReferenceJudge(), tmp_path, progress=False)
+    trainer = GRPOTrainer(small_config(), model, tokenizer, GuessNumber(), Spread(), tmp_path, progress=False)
     metrics = trainer.train()
     trained = metrics[~metrics["eval_only"]]
     assert list(trained["step"]) == [0, 1]
@@ -134,11 +134,21 @@ def test_a_group_whose_rewards_are_equal_contributes_no_update(model_and_tokeniz
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
+class Spread(ReferenceJudge):
+    """Distinct rewards within every group, so each step has a gradient to apply (or to refuse)."""
+
+    def score_groups(self, groups, progress=True):
+        for group in groups:
+            for member, trajectory in enumerate(group.trajectories):
+                trajectory.reward = member / len(group.trajectories)
+        return list(groups)
+
+
 def test_a_non_finite_loss_is_skipped_and_reported_never_applied(model_and_tokenizer, tmp_path):
     model, tokenizer = model_and_tokenizer
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trainer = GRPOTrainer(
-        small_config(steps=1, eval_every=0), model, tokenizer, GuessNumber(), ReferenceJudge(), tmp_path, progress=False
+        small_config(steps=1, eval_every=0), model, tokenizer, GuessNumber(), Spread(), tmp_path, progress=False
     )
     original = trainer._loss
 
