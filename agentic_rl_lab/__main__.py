@@ -8,10 +8,12 @@ from pathlib import Path
 
 
 def demo(args: argparse.Namespace) -> None:
-    """The CPU end-to-end demo: every environment, every scripted policy, a summary table.
+    """The CPU end-to-end demo, in two parts.
 
-    Until the training loop lands, this is the lab's main job: collect groups of trajectories with the
-    scripted baselines, store them as JSONL and compare them with the ground truth.
+    1. Every environment played by its scripted policies: groups of trajectories stored as JSONL and compared with
+       the ground truth (and `guess_number`'s expert with the binary-search optimum).
+    2. GRPO on the cpu-tiny model: rollout -> reference judge -> update for `--train-steps` steps on
+       `guess_number`, with held-out evaluation before and after, into a fresh run folder (`OUT/grpo`).
     """
     import pandas as pd
 
@@ -54,6 +56,26 @@ def demo(args: argparse.Namespace) -> None:
         print(
             f"\nguess_number: the expert (binary search) needs {expert.mean_turns.iloc[0]:.2f} guesses on average; "
             f"the information-theoretic optimum on 1..100 is {optimal_mean_guesses(1, 100):.2f}."
+        )
+    if args.train_steps > 0:
+        import shutil
+
+        run_dir = out / "grpo"
+        shutil.rmtree(run_dir, ignore_errors=True)  # the demo always shows a fresh run (`train` resumes instead)
+        print(f"\nGRPO on the cpu-tiny model, {args.train_steps} steps (guess_number, reference judge):")
+        train(
+            argparse.Namespace(
+                env="guess_number",
+                tier="cpu-tiny",
+                model_dir=None,
+                judge="reference",
+                judge_noise=0.0,
+                run_dir=str(run_dir),
+                steps=args.train_steps,
+                eval_every=args.train_steps,
+                eval_episodes=args.eval_episodes,
+                seed=args.seed,
+            )
         )
 
 
@@ -166,12 +188,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = commands.add_parser("demo", help="CPU end-to-end demo: every environment with the scripted policies")
+    p = commands.add_parser("demo", help="CPU end-to-end demo: scripted baselines, then GRPO on the cpu-tiny model")
     p.add_argument("--groups", type=int, default=20, help="scenarios (seeds) per environment and policy")
     p.add_argument("--num-generations", type=int, default=4, help="trajectories per scenario (the group size)")
     p.add_argument("--seed", type=int, default=0, help="first scenario seed; the policies are seeded with it too")
     p.add_argument("--out", default="runs/demo", help="folder for the JSONL trajectory files")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--train-steps", type=int, default=20, help="GRPO steps on the cpu-tiny model (0: skip training)")
+    p.add_argument("--eval-episodes", type=int, default=200, help="held-out episodes before and after training")
     p.set_defaults(run=demo)
 
     p = commands.add_parser("envs", help="list the environments, their tools and scripted strategies")
@@ -208,7 +232,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "data" / "inbox"), help="output folder")
     p.set_defaults(run=make_inbox)
 
-    args = parser.parse_args(argv)
+    # `build-tiny` hands its options on to agentic_rl_lab.tiny; argparse's REMAINDER misses leading `--options`.
+    args, unknown = parser.parse_known_args(argv)
+    if args.command == "build-tiny":
+        args.rest = unknown + args.rest
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.run(args)
 
 

@@ -65,22 +65,47 @@ learn."""
 
 PROFILES: dict[str, TierProfile] = {
     "cpu-tiny": TierProfile(
-        "cpu-tiny", "tiny", "transformers", "float32", False, lora=None, max_seq_length=3072, max_new_tokens=64,
+        "cpu-tiny",
+        "tiny",
+        "transformers",
+        "float32",
+        False,
+        lora=None,
+        max_seq_length=3072,
+        max_new_tokens=64,
         estimate="measured on 2 CPU cores: build <10 min once, ~2,000 sampled tokens/s, <3 GB RAM",
     ),
     "cpu-small": TierProfile(
-        "cpu-small", "Qwen/Qwen2.5-0.5B-Instruct", "transformers", "float32", False, LoraSettings(r=16, alpha=32),
-        max_seq_length=4096, max_new_tokens=256,
+        "cpu-small",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "transformers",
+        "float32",
+        False,
+        LoraSettings(r=16, alpha=32),
+        max_seq_length=4096,
+        max_new_tokens=256,
         estimate="estimate: ~2-4 GB RAM; tens of tokens/s on a laptop CPU (unmeasured here: no Hub access)",
     ),
     "t4": TierProfile(
-        "t4", "unsloth/Qwen2.5-3B-Instruct", "unsloth", "float16", True, LoraSettings(r=16, alpha=32),
-        max_seq_length=4096, max_new_tokens=256,
+        "t4",
+        "unsloth/Qwen2.5-3B-Instruct",
+        "unsloth",
+        "float16",
+        True,
+        LoraSettings(r=16, alpha=32),
+        max_seq_length=4096,
+        max_new_tokens=256,
         estimate="estimate from Unsloth's and ART's T4 notebooks (Qwen2.5-3B, 4-bit): ~8-12 GB of 15 GB VRAM",
     ),
     "a100": TierProfile(
-        "a100", "unsloth/Qwen2.5-7B-Instruct", "unsloth", "bfloat16", False, LoraSettings(r=32, alpha=64),
-        max_seq_length=8192, max_new_tokens=512,
+        "a100",
+        "unsloth/Qwen2.5-7B-Instruct",
+        "unsloth",
+        "bfloat16",
+        False,
+        LoraSettings(r=32, alpha=64),
+        max_seq_length=8192,
+        max_new_tokens=512,
         estimate="estimate from Unsloth's docs (7B LoRA in 16-bit): ~25-35 GB of 40/80 GB VRAM",
     ),
 }
@@ -132,9 +157,9 @@ def load_model(
     if fast_inference and profile.loader != "unsloth":
         raise ValueError(f"fast_inference is Unsloth's vLLM engine; tier {profile.name} loads with transformers")
     if profile.model_name == "tiny":
-        from agentic_rl_lab.tiny import build_tiny_model
+        from agentic_rl_lab.tiny import default_model_path
 
-        profile = dataclasses.replace(profile, model_name=str(build_tiny_model()))
+        profile = dataclasses.replace(profile, model_name=str(default_model_path()))
     if profile.loader == "unsloth":
         return _load_with_unsloth(profile, fast_inference, add_lora)
     return _load_with_transformers(profile, add_lora)
@@ -150,11 +175,12 @@ def _load_with_transformers(profile: TierProfile, add_lora: bool) -> LoadedModel
     tokenizer = AutoTokenizer.from_pretrained(profile.model_name, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(profile.model_name, dtype=getattr(torch, profile.dtype))
     if profile.lora is not None and add_lora:
-        model = _add_peft_lora(model, profile.lora)
+        model = add_lora(model, profile.lora)
     return LoadedModel(model, tokenizer, profile)
 
 
-def _add_peft_lora(model: Any, lora: LoraSettings) -> Any:
+def add_lora(model: Any, lora: LoraSettings) -> Any:
+    """Wrap `model` in fresh peft LoRA adapters on those of `lora.target_modules` it has; only they train."""
     from peft import LoraConfig, get_peft_model
 
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
@@ -171,7 +197,8 @@ def _load_with_unsloth(profile: TierProfile, fast_inference: bool, add_lora: boo
 
     if (fast_inference or profile.load_in_4bit) and not torch.cuda.is_available():
         wanted = " and ".join(
-            what for what, on in (("fast_inference (vLLM)", fast_inference), ("4-bit loading", profile.load_in_4bit))
+            what
+            for what, on in (("fast_inference (vLLM)", fast_inference), ("4-bit loading", profile.load_in_4bit))
             if on
         )
         raise RuntimeError(

@@ -24,7 +24,7 @@ import torch
 from agentic_rl_lab.envs import GuessNumber
 from agentic_rl_lab.policies import HFPolicy
 from agentic_rl_lab.rollout import collect_group
-from agentic_rl_lab.tiny import DEFAULT_CONFIG, HELD_OUT_SEED_START, build_tiny_model, load_build_info
+from agentic_rl_lab.tiny import HELD_OUT_SEED_START, default_model_path, load_build_info
 
 GROUP_SIZE = 8
 REPEATS = 3
@@ -46,7 +46,7 @@ def tokens_per_second(policy: HFPolicy, seed: int, batched: bool) -> tuple[float
 
 def main() -> dict:
     torch.set_num_threads(2)
-    path = build_tiny_model(DEFAULT_CONFIG)
+    path = default_model_path()
     policy = HFPolicy.from_pretrained(path, temperature=1.0, seed=0, max_new_tokens=64)
     tokens_per_second(policy, HELD_OUT_SEED_START, batched=True)  # warm-up: first calls allocate and compile
     runs: dict[str, list[tuple[float, int, float]]] = {"batched": [], "one_at_a_time": []}

@@ -4,8 +4,9 @@
     python benchmarks/tiny_policy.py --rebuild    # also times a fresh build (into a temporary cache)
 
 Targets on guess_number (500 held-out seeds, temperature 1.0): a format-valid turn rate of at least 95% and a
-success rate of at least 80%, with mean guesses near the mediocre demonstrator's (about 7.4), well above the
-optimum (5.8): the model has learnt the format and a consistent strategy, and GRPO has headroom.
+success rate of at least 80%, with mean guesses within 0.6 of its demonstrator's on the same seeds (`hesitant`,
+about 7.5), well above the optimum (5.8): the model has learnt the format and its demonstrator's strategy, and
+GRPO has headroom. `mean_guesses` counts every turn, the `interval()` calls included: they cost a turn each.
 
 A turn is *format-valid* when the environment answered it without an error observation (no missing, malformed
 or unknown tool call, no bad arguments). fog_maze and inbox_search are reported, without targets.
@@ -26,14 +27,20 @@ from agentic_rl_lab.envs import ENVIRONMENTS, make
 from agentic_rl_lab.envs.guess_number import optimal_mean_guesses
 from agentic_rl_lab.policies import HFPolicy, ScriptedPolicy
 from agentic_rl_lab.rollout import collect_groups
-from agentic_rl_lab.tiny import DEFAULT_CONFIG, HELD_OUT_SEED_START, build_tiny_model, load_build_info
+from agentic_rl_lab.tiny import (
+    DEFAULT_CONFIG,
+    HELD_OUT_SEED_START,
+    build_tiny_model,
+    default_model_path,
+    load_build_info,
+)
 
 GUESS_SEEDS = 500
 OTHER_SEEDS = {"fog_maze": 100, "inbox_search": 100}
 """Fewer held-out scenarios for the long environments: a fog_maze episode is up to 40 turns of 1,000+ tokens."""
 ENV_KWARGS = {"inbox_search": {"split": "test"}}
 """inbox_search questions of the test split, which the demonstrations never saw."""
-TARGETS = {"min_format_valid_turn_rate": 0.95, "min_success_rate": 0.80, "mean_guesses_between": [6.8, 8.2]}
+TARGETS = {"min_format_valid_turn_rate": 0.95, "min_success_rate": 0.80, "max_mean_guesses_gap_to_demonstrator": 0.6}
 
 
 def evaluate(policy, env_name: str, seeds: range) -> dict:
@@ -69,8 +76,8 @@ def main() -> dict:
     torch.set_num_threads(2)
 
     with tempfile.TemporaryDirectory() as scratch:
-        # The build is deterministic, so a fresh build in a scratch cache is the same model as the cached one.
-        path = build_tiny_model(DEFAULT_CONFIG, root=scratch if args.rebuild else None)
+        # Without --rebuild: the model every tier user gets (the committed bfloat16 copy when it is current).
+        path = build_tiny_model(DEFAULT_CONFIG, root=scratch) if args.rebuild else default_model_path()
         info = load_build_info(path)
         policy = HFPolicy.from_pretrained(path, temperature=1.0, seed=0, max_new_tokens=64)
     report = run(policy, path, info)
@@ -89,20 +96,21 @@ def run(policy: HFPolicy, path: Path, info: dict) -> dict:
     guess = evaluate(policy, "guess_number", guess_seeds)
     baselines = {}
     env = make("guess_number")
-    for strategy in ["mediocre", "expert"]:
+    demonstrator = dict((env, strategy) for env, strategy, _ in info["config"]["demonstrators"])["guess_number"]
+    for strategy in sorted({demonstrator, "mediocre", "expert"}):
         groups = collect_groups(env, ScriptedPolicy(env, strategy, seed=0), guess_seeds, 1, progress=False)
         steps = [g.trajectories[0].outcome.num_steps for g in groups]
         baselines[strategy] = {
             "success_rate": sum(g.trajectories[0].outcome.success for g in groups) / len(groups),
             "mean_guesses": statistics.mean(steps),
         }
+    gap = abs(guess["mean_turns"] - baselines[demonstrator]["mean_guesses"])
     others = {
         name: evaluate(policy, name, range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + OTHER_SEEDS.get(name, 100)))
         for name in ENVIRONMENTS
         if name != "guess_number"
     }
 
-    mean_low, mean_high = TARGETS["mean_guesses_between"]
     return {
         "model": {
             "path": str(path),
@@ -122,7 +130,9 @@ def run(policy: HFPolicy, path: Path, info: dict) -> dict:
         "success_rate": guess["success_rate"],
         "mean_guesses": guess["mean_turns"],
         "guess_number": guess,
+        "demonstrator": demonstrator,
         "baselines_same_seeds": baselines,
+        "mean_guesses_gap_to_demonstrator": gap,
         "optimal_mean_guesses": optimal_mean_guesses(1, 100),
         "other_envs": others,
         "policy_counts": dict(policy.counts),
@@ -130,7 +140,7 @@ def run(policy: HFPolicy, path: Path, info: dict) -> dict:
         "targets": TARGETS,
         "met": guess["format_valid_turn_rate"] >= TARGETS["min_format_valid_turn_rate"]
         and guess["success_rate"] >= TARGETS["min_success_rate"]
-        and mean_low <= guess["mean_turns"] <= mean_high,
+        and gap <= TARGETS["max_mean_guesses_gap_to_demonstrator"],
     }
 
 

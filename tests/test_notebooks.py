@@ -14,6 +14,7 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 CPU_TINY = {"TIER": "cpu-tiny"}
 PARAMETERS = {
     "01_agents_as_pomdps.ipynb": {**CPU_TINY, "NUM_SEEDS": 200},
+    "02_collecting_trajectories.ipynb": {**CPU_TINY, "NUM_GENERATIONS": 4, "NUM_SCENARIOS": 4, "API_POLICY": "off"},
     "03_relative_judging.ipynb": {**CPU_TINY, "NUM_GROUPS": 12, "API_JUDGE": "off", "SELF_JUDGE": "off"},
     "04_grpo_step_by_step.ipynb": {**CPU_TINY, "NUM_GENERATIONS": 4},
     "05_training_loop.ipynb": {
@@ -25,9 +26,6 @@ PARAMETERS = {
         "EVAL_EPISODES": 8,
     },
 }
-USES_A_MODEL = {"04_grpo_step_by_step.ipynb", "05_training_loop.ipynb"}
-"""Notebooks that load the policy model. CI gives them the seconds-sized tiny model (`SMALL_CONFIG`, built once per
-session) through `MODEL_DIR`, so they test the plumbing quickly; a learner's run uses the default cpu-tiny model."""
 
 
 def all_notebooks() -> list[Path]:
@@ -60,10 +58,9 @@ def test_notebook_has_a_tagged_parameters_cell_and_the_conventions(path):
 
 
 @pytest.mark.parametrize("path", all_notebooks(), ids=lambda p: p.name)
-def test_notebook_runs_on_cpu_tiny(path, tmp_path, request):
+def test_notebook_runs_on_cpu_tiny(path, tmp_path):
+    """On the real cpu-tiny model, the one committed in data/tiny-model, as a learner runs it (smaller sizes)."""
     parameters = dict(PARAMETERS[path.name])
-    if path.name in USES_A_MODEL:
-        parameters["MODEL_DIR"] = str(request.getfixturevalue("small_model_dir"))
     if "RUN_DIR" in "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]):
         parameters["RUN_DIR"] = str(tmp_path / "run")
     papermill.execute_notebook(

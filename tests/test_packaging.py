@@ -1,5 +1,6 @@
 """The package's promises: light import, a CLI that lists its commands, one dependency list in two files."""
 
+import json
 import re
 import subprocess
 import sys
@@ -62,12 +63,17 @@ def test_demo_runs_and_saves_loadable_trajectories(tmp_path):
     from agentic_rl_lab.trajectory import load_groups
 
     result = subprocess.run(
-        [sys.executable, "-m", "agentic_rl_lab", "demo", "--groups", "3", "--out", str(tmp_path), "--quiet"],
+        [sys.executable, "-m", "agentic_rl_lab", "demo", "--groups", "3", "--out", str(tmp_path), "--quiet"]
+        + ["--train-steps", "2", "--eval-episodes", "8"],
         capture_output=True,
         text=True,
         check=True,
     )
     assert "information-theoretic optimum" in result.stdout
+    assert "held-out success" in result.stdout  # the GRPO part ran, evaluated before and after
+    metrics = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in metrics if not r["eval_only"]] == [0, 1]
+    assert (tmp_path / "grpo" / "training.png").stat().st_size > 0
     files = sorted(tmp_path.glob("*.jsonl"))
     assert any(f.name == "guess_number-expert.jsonl" for f in files)
     for file in files:

@@ -101,6 +101,17 @@ def test_the_command_line_prints_the_cached_path(small_model, capsys):
     assert "cached tiny model (small, built in" in capsys.readouterr().out
 
 
+def test_the_lab_command_passes_its_options_on_and_exports(small_model, tmp_path, capsys):
+    """`python -m agentic_rl_lab build-tiny --small --export DIR`: the options reach `tiny.main`."""
+    from agentic_rl_lab.__main__ import main
+
+    main(["build-tiny", "--small", "--cache-dir", str(small_model.parent), "--export", str(tmp_path / "out")])
+    assert "exported in bfloat16" in capsys.readouterr().out
+    assert tiny.load_build_info(tmp_path / "out") == tiny.load_build_info(small_model)
+    with pytest.raises(SystemExit):
+        main(["envs", "--export", "x"])  # other commands still reject unknown options
+
+
 def test_same_config_same_weights_and_a_different_seed_differs(tmp_path):
     first = build_tiny_model(MICRO, root=tmp_path / "a", progress=False)
     second = build_tiny_model(MICRO, root=tmp_path / "b", progress=False)
@@ -192,3 +203,73 @@ def test_sft_loss_with_soft_targets_is_the_cross_entropy_to_the_demonstrators_di
         assert torch.allclose(tiny.sft_loss(model, [soft], tokenizer.pad_token_id), expected_soft, atol=1e-5)
         padded = tiny.sft_loss(model, [soft, tiny.Example("x", ids[:40], mask[:40])], tokenizer.pad_token_id)
         assert torch.isfinite(padded), "right padding needs no attention mask"
+
+
+def test_soft_targets_estimate_the_demonstrators_next_token_distribution_on_every_guessing_turn(small_model):
+    """The mediocre demonstrator guesses uniformly in the feasible interval. Every assistant turn gets soft
+    targets; each is a distribution; every token it allows, read along the written prefix, decodes to a guess that
+    lies inside the interval; and a number split into two tokens (`" 4"`, `"5"`) gets a target on both."""
+    from agentic_rl_lab.envs.guess_number import feasible_interval
+
+    tokenizer = AutoTokenizer.from_pretrained(small_model)
+    mediocre = GuessNumber.strategies["mediocre"]
+    (messages, tools), *_ = play_episodes("guess_number", "mediocre", 1, seed=3)
+    example = tiny.Example("guess_number", *tiny.tokenize_episode(tokenizer, messages, tools))
+    targets = tiny.demonstrator_distribution(tokenizer, mediocre, messages, example, 64, seed="t")
+    turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    spans = tiny._runs(example.assistant_mask)
+    assert len(turns) == len(spans) > 2
+    multi_token_turns = 0
+    for index, (start, end) in zip(turns, spans):
+        low, high = feasible_interval(messages[:index], 1, 100)
+        in_turn = sorted(p for p in targets if start <= p < end)
+        if low == high:  # only one possible guess: nothing random to learn
+            assert not in_turn
+            continue
+        assert in_turn, f"turn {index} (interval {low}..{high}) got no soft target"
+        for position in in_turn:
+            assert abs(sum(targets[position].values()) - 1) < 1e-9
+            prefix = tokenizer.decode(example.input_ids[start:position])
+            for token in targets[position]:
+                number = (prefix + tokenizer.decode([token])).split('"n":')[1].strip()
+                if number.endswith("}"):  # the number ended with the token before: it must be a possible guess
+                    assert low <= int(number.rstrip("}")) <= high
+                else:  # a number, or its first digits: some possible guess starts with it
+                    assert any(str(k).startswith(number) for k in range(low, high + 1)), (number, low, high)
+        multi_token_turns += len(in_turn) > 1
+    assert multi_token_turns > 0, "this tokenizer splits some numbers in two: those turns need two targets"
+
+
+def test_export_halves_the_weights_and_keeps_the_model(small_model, tmp_path):
+    """bfloat16 weights, read back in float32: same tokenizer, same greedy choices up to bfloat16 rounding."""
+    destination = tmp_path / "exported"
+    destination.mkdir()
+    (destination / "stale.txt").write_text("replaced")  # what was there is replaced, not merged
+    tiny.export_model(small_model, destination)
+    assert not (destination / "stale.txt").exists()
+    size = (destination / "model.safetensors").stat().st_size
+    assert size < 0.55 * (small_model / "model.safetensors").stat().st_size
+    assert tiny.load_build_info(destination) == tiny.load_build_info(small_model)
+    original = AutoModelForCausalLM.from_pretrained(small_model, dtype=torch.float32)
+    exported = AutoModelForCausalLM.from_pretrained(destination, dtype=torch.float32)
+    ids = AutoTokenizer.from_pretrained(destination)(render(*play_episodes("guess_number", "mediocre", 1, 5)[0]))
+    with torch.no_grad():
+        a = original(input_ids=torch.tensor([ids["input_ids"]])).logits.softmax(-1)
+        b = exported(input_ids=torch.tensor([ids["input_ids"]])).logits.softmax(-1)
+    assert (a - b).abs().max() < 0.05
+
+
+def test_the_committed_model_is_current_small_and_is_what_the_tier_loads():
+    """data/tiny-model must be the build of DEFAULT_CONFIG by this code; else every user would silently rebuild."""
+    embedded = tiny.EMBEDDED_MODEL_DIR
+    info = tiny.load_build_info(embedded)
+    assert info["cache_key"] == tiny.DEFAULT_CONFIG.cache_key(), (
+        "data/tiny-model is stale: run `python -m agentic_rl_lab build-tiny --export data/tiny-model`"
+    )
+    assert sum(f.stat().st_size for f in embedded.iterdir()) < 20 * 2**20
+    assert tiny.default_model_path() == embedded
+    tokenizer = AutoTokenizer.from_pretrained(embedded)
+    model = AutoModelForCausalLM.from_pretrained(embedded, dtype=torch.float32)
+    assert isinstance(model, LlamaForCausalLM) and model.dtype == torch.float32
+    assert 4e6 < sum(p.numel() for p in model.parameters()) < 6e6
+    assert tokenizer.tokenize(" 50") == ["Ġ50"] and tokenizer.padding_side == "left"

@@ -1,5 +1,9 @@
 """`guess_number`: find a hidden integer with the tool `guess(n)`, which answers higher, lower or correct.
 
+A second tool, `interval()`, tells which integers can still hold the secret. It never tells the agent anything
+its own history does not already say, yet costs a turn like a guess: a tool a sloppy agent leans on, and a habit
+that GRPO can train away.
+
 The toy POMDP of the lab. The hidden state is one number; each observation is one word. The best any strategy
 can do is binary search, which makes this task a yardstick: a trained agent's mean number of guesses can be
 compared with the information-theoretic optimum (`optimal_mean_guesses`).
@@ -26,6 +30,10 @@ class GuessArguments(ToolArguments):
     n: int
 
 
+class NoArguments(ToolArguments):
+    pass
+
+
 class GuessNumber(Environment):
     """Guess a secret integer in `[low, high]`; each guess is one turn."""
 
@@ -36,7 +44,10 @@ class GuessNumber(Environment):
         if low >= high:
             raise ValueError(f"need low < high, got low={low}, high={high}")
         self.low, self.high = low, high
-        self.tools = [Tool("guess", f"Guess the secret integer n ({low} <= n <= {high}).", GuessArguments)]
+        self.tools = [
+            Tool("guess", f"Guess the secret integer n ({low} <= n <= {high}).", GuessArguments),
+            Tool("interval", "Ask which integers can still hold the secret, given your guesses.", NoArguments),
+        ]
 
     def setup(self, rng: random.Random) -> list[Message]:
         self.secret = rng.randint(self.low, self.high)
@@ -52,6 +63,10 @@ class GuessNumber(Environment):
         ]
 
     def call_tool(self, name: str, arguments: Any) -> tuple[str, bool]:
+        if name == "interval":
+            below = [g for g in self.guesses if g < self.secret]
+            above = [g for g in self.guesses if g > self.secret]
+            return f"from {max(below, default=self.low - 1) + 1} to {min(above, default=self.high + 1) - 1}", False
         n = arguments.n
         if not self.low <= n <= self.high:
             raise InvalidAction(f"n must be between {self.low} and {self.high}, got {n}.")
@@ -120,10 +135,26 @@ def mediocre(history: list[Message], rng: random.Random) -> Message:
     return tool_call_message("guess", {"n": rng.randint(low, high)}, f"call_{len(history)}")
 
 
+def hesitant(history: list[Message], rng: random.Random, check_probability: float = 0.3) -> Message:
+    """Binary search that, before a guess, asks `interval()` with probability 0.3 (never twice in a row): it
+    spends turns on what its history already says. About 7.5 turns on 1..100 against binary search's 5.8.
+
+    The demonstrator of the cpu-tiny model: mediocre, like `mediocre`, but one a ~5M model can imitate. Binary
+    search on a fixed range is one tree of 100 guesses that the model memorises from the answers it saw, while
+    `mediocre`'s uniform guess asks it to compute the interval from every number in the history, which it failed
+    to learn (measured, see `agentic_rl_lab.tiny`). GRPO's headroom is then one decision per turn: guess now.
+    """
+    exchanges = tool_exchanges(history)
+    just_checked = bool(exchanges) and exchanges[-1][0] == "interval"
+    if not just_checked and rng.random() < check_probability:
+        return tool_call_message("interval", {}, f"call_{len(history)}")
+    return expert(history, rng)
+
+
 def random_valid(history: list[Message], rng: random.Random) -> Message:
     """A valid call every turn, ignoring the history: any number in the game's range."""
     low, high = _bounds(history)
     return tool_call_message("guess", {"n": rng.randint(low, high)}, f"call_{len(history)}")
 
 
-GuessNumber.strategies = {"random": random_valid, "mediocre": mediocre, "expert": expert}
+GuessNumber.strategies = {"random": random_valid, "mediocre": mediocre, "hesitant": hesitant, "expert": expert}

@@ -81,7 +81,7 @@ class HFPolicy:
         cls, path: str | Path, *, device: str | None = None, dtype: torch.dtype | None = None, **kwargs: Any
     ) -> HFPolicy:
         """Load a model directory (or Hub id) with `AutoModelForCausalLM` and `AutoTokenizer`; `kwargs` go to
-        `HFPolicy`. E.g. `HFPolicy.from_pretrained(build_tiny_model(), seed=0)`."""
+        `HFPolicy`. E.g. `HFPolicy.from_pretrained(default_model_path(), seed=0)`."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(path)

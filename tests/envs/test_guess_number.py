@@ -194,6 +194,50 @@ def test_scripted_strategies_are_valid_and_ranked():
     assert 6.9 < mean_guesses["mediocre"] < 7.9
 
 
+def test_interval_tool_says_only_what_the_history_already_says():
+    """`interval()` answers the feasible interval read from the history: never more (it does not leak the secret),
+    never less; it costs a turn like a guess."""
+    env = GuessNumber()
+    for seed in range(100):
+        history, rng = env.reset(seed), random.Random(seed)
+        while not env.done:
+            action = env.strategies["mediocre"](history, rng)
+            if rng.random() < 0.5:
+                action = tool_call_message("interval", {})
+            result = env.step(action)
+            history += [action, *result.observation]
+            if action["tool_calls"][0]["function"]["name"] == "interval":
+                low, high = feasible_interval(history, 1, 100)
+                assert result.observation[0]["content"] == f"from {low} to {high}"
+                assert not env.outcome().success
+    env.reset(0)
+    assert env.step(tool_call_message("interval", {})).observation[0]["content"] == "from 1 to 100"
+    assert env.turn == 1
+    bad = env.step(tool_call_message("interval", {"n": 3}))  # it takes no arguments
+    assert bad.observation[0]["content"].startswith("Error") and env.metrics["invalid_actions"] == 1
+
+
+def test_hesitant_is_binary_search_that_wastes_turns_on_interval():
+    """Every guess of `hesitant` is binary search's; before about 30% of its guesses it asks `interval()`, never
+    twice in a row, so it needs about 7.5 turns where binary search needs 5.8, and almost never runs out."""
+    env, turns, wins, checks, guesses = GuessNumber(), 0, 0, 0, 0
+    for seed in range(600):
+        history, _ = play(env, "hesitant", seed, rng_seed=seed + 10_000)
+        names = [name for name, _, _ in tool_exchanges(history)]
+        assert "interval interval" not in " ".join(names)
+        for cut, message in enumerate(history):
+            call = message.get("tool_calls", [{}])[0].get("function", {})
+            if call.get("name") == "guess":
+                expected = env.strategies["expert"](history[:cut], random.Random(0))
+                assert call == expected["tool_calls"][0]["function"]
+        checks, guesses = checks + names.count("interval"), guesses + names.count("guess")
+        turns += env.turn
+        wins += env.outcome().success
+        assert env.metrics["invalid_actions"] == 0
+    assert 0.25 < checks / guesses < 0.35
+    assert 7.2 < turns / 600 < 7.9 and wins / 600 > 0.99
+
+
 @cache
 def brute_force_optimum(size: int) -> float:
     """Total guesses over all secrets, minimised over every first guess (dynamic programming)."""
@@ -218,7 +262,8 @@ def test_score_falls_linearly_with_turns():
 
 
 def test_tool_schema_is_an_openai_function():
-    (schema,) = GuessNumber().tool_schemas
+    schema, interval = GuessNumber().tool_schemas
+    assert interval["function"]["name"] == "interval" and interval["function"]["parameters"]["properties"] == {}
     assert schema["type"] == "function"
     assert schema["function"]["name"] == "guess"
     assert schema["function"]["parameters"]["required"] == ["n"]
