@@ -194,8 +194,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0, help="first scenario seed; the policies are seeded with it too")
     p.add_argument("--out", default="runs/demo", help="folder for the JSONL trajectory files")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--train-steps", type=int, default=20, help="GRPO steps on the cpu-tiny model (0: skip training)")
-    p.add_argument("--eval-episodes", type=int, default=200, help="held-out episodes before and after training")
+    p.add_argument("--train-steps", type=int, default=10, help="GRPO steps on the cpu-tiny model (0: skip training)")
+    p.add_argument("--eval-episodes", type=int, default=100, help="held-out episodes before and after training")
     p.set_defaults(run=demo)
 
     p = commands.add_parser("envs", help="list the environments, their tools and scripted strategies")
