@@ -8,6 +8,7 @@ the format of Qwen and Hermes models:
 
     # Tools
     - guess(n: integer): Guess the secret integer n (1 <= n <= 100).
+    - interval(): Ask which integers can still hold the secret, given your guesses.
     Call a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call>.<|im_end|>
     <|im_start|>user
     I am thinking of an integer from 1 to 100. Find it in as few guesses as possible.<|im_end|>

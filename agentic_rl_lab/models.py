@@ -175,11 +175,11 @@ def _load_with_transformers(profile: TierProfile, add_lora: bool) -> LoadedModel
     tokenizer = AutoTokenizer.from_pretrained(profile.model_name, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(profile.model_name, dtype=getattr(torch, profile.dtype))
     if profile.lora is not None and add_lora:
-        model = add_lora(model, profile.lora)
+        model = attach_lora(model, profile.lora)
     return LoadedModel(model, tokenizer, profile)
 
 
-def add_lora(model: Any, lora: LoraSettings) -> Any:
+def attach_lora(model: Any, lora: LoraSettings) -> Any:
     """Wrap `model` in fresh peft LoRA adapters on those of `lora.target_modules` it has; only they train."""
     from peft import LoraConfig, get_peft_model
 

@@ -32,7 +32,7 @@ from agentic_rl_lab.envs import GuessNumber
 from agentic_rl_lab.envs.guess_number import optimal_mean_guesses
 from agentic_rl_lab.grpo.trainer import EVAL_SEED_START, GRPOConfig, GRPOTrainer
 from agentic_rl_lab.judge import ReferenceJudge
-from agentic_rl_lab.models import LoraSettings, add_lora, load_model
+from agentic_rl_lab.models import LoraSettings, attach_lora, load_model
 
 CONFIG = GRPOConfig(
     steps=60,
@@ -57,7 +57,7 @@ def run(noise: float, config: GRPOConfig, eval_seeds: int, before: dict | None, 
     """Train a fresh copy of the cpu-tiny model with a judge of this noise; evaluate before and after.
     `training`: "full" (every weight, the tier's choice) or "lora" (peft adapters, `LoraSettings()`)."""
     loaded = load_model("cpu-tiny")
-    model = add_lora(loaded.model, LoraSettings()) if training == "lora" else loaded.model
+    model = attach_lora(loaded.model, LoraSettings()) if training == "lora" else loaded.model
     env = GuessNumber()
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = GRPOTrainer(

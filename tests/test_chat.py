@@ -42,6 +42,7 @@ def test_a_guess_number_conversation_renders_as_documented():
         "You play a guessing game. Call the tool guess with an integer.\n\n"
         "# Tools\n"
         "- guess(n: integer): Guess the secret integer n (1 <= n <= 100).\n"
+        "- interval(): Ask which integers can still hold the secret, given your guesses.\n"
         'Call a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call>.<|im_end|>\n'
         "<|im_start|>user\n"
         "I am thinking of an integer from 1 to 100. Find it in as few guesses as possible.<|im_end|>\n"

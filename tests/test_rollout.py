@@ -178,7 +178,7 @@ def test_invalid_actions_are_recorded_on_the_trajectory():
 
 
 def test_an_unknown_scripted_strategy_names_the_choices():
-    with pytest.raises(ValueError, match="expert, mediocre, random"):
+    with pytest.raises(ValueError, match="expert, hesitant, mediocre, random"):
         ScriptedPolicy(GuessNumber(), "genius")
 
 

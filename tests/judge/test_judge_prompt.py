@@ -70,8 +70,8 @@ def test_the_common_prefix_is_the_longest_one_all_share_and_leaves_each_a_last_m
 def test_the_tools_are_shown(groups) -> None:
     user = judge().prompt(groups[0])[1]["content"]
     tools = re.search(r"<available_tools>\n(.*?)\n</available_tools>", user, re.DOTALL).group(1)
-    (spec,) = [json.loads(line) for line in tools.splitlines()]
-    assert spec == groups[0].trajectories[0].tools[0]["function"]
+    specs = [json.loads(line) for line in tools.splitlines()]
+    assert specs == [tool["function"] for tool in groups[0].trajectories[0].tools]
 
 
 INJECTION = (
