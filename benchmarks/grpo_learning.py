@@ -35,10 +35,10 @@ from agentic_rl_lab.judge import ReferenceJudge
 from agentic_rl_lab.models import LoraSettings, attach_lora, load_model
 
 CONFIG = GRPOConfig(
-    steps=60,
+    steps=40,
     groups_per_step=8,
     num_generations=8,
-    learning_rate=2e-4,
+    learning_rate=6e-5,
     per_device_train_batch_size=16,
     gradient_accumulation_steps=1,
     loss_type="dapo",
@@ -47,7 +47,9 @@ CONFIG = GRPOConfig(
     eval_every=0,
     save_every=1000,
 )
-"""One optimizer step per micro-batch of 16 trajectories: 4 updates per step of 64 trajectories."""
+"""One optimizer step per micro-batch of 16 trajectories: 4 updates per step of 64 trajectories. About 25 s a step
+on 2 cores, so 40 steps fit the 20 minutes. Learning rate, measured over 10 steps: at 2e-4 training success fell
+from 48% to 8% after the first step; at 3e-5 nothing moved (gap_closed 0.06)."""
 NOISES = (0.0, 0.1, 0.3)
 EVAL_SEEDS = 500
 TARGETS = {"min_gap_closed": 0.5, "aim_gap_closed": 0.9, "max_wall_seconds": 20 * 60}
