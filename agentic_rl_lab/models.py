@@ -69,7 +69,7 @@ PROFILES: dict[str, TierProfile] = {
         TierProfile(
             name="cpu-tiny", model_name="tiny", loader="transformers", dtype="float32", load_in_4bit=False,
             lora=None, max_seq_length=3072, max_new_tokens=64,
-            estimate="measured on 2 CPU cores: committed in data/tiny-model (an 18-minute build), ~250 sampled "
+            estimate="measured on 2 CPU cores: committed in data/tiny-model (a 13-minute build), ~250 sampled "
             "tokens/s for one trajectory and ~450 for a group of 8, <3 GB RAM",
         ),
         TierProfile(

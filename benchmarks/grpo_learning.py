@@ -3,10 +3,10 @@
     python benchmarks/grpo_learning.py                 # writes benchmarks/results/grpo_learning.json
     python benchmarks/grpo_learning.py --steps 20      # a shorter try (the file says how many steps ran)
 
-The cpu-tiny model imitates a mediocre demonstrator on guess_number, `hesitant`: binary search that spends a turn
-on the redundant tool `interval()` before about 30% of its guesses (about 7.5 turns on 1..100), while binary
-search alone needs 5.8. GRPO with the reference judge (the ground-truth score, which falls linearly with the
-number of turns) should move it toward binary search. "Guesses" below count every turn.
+The cpu-tiny model imitates a mediocre demonstrator on guess_number, `repeating`: binary search that guesses its
+last number again about a quarter of the time (about 7.4 guesses on 1..100), while binary search alone needs 5.8.
+GRPO with the reference judge (the ground-truth score, which falls linearly with the number of turns) should move
+it toward binary search. "Guesses" below count every turn.
 
 For each judge noise level (0, 0.1 and 0.3: the standard deviation of Gaussian noise added to every score) the
 same starting model is trained from scratch, and evaluated before and after on the same held-out seeds with the
@@ -110,29 +110,28 @@ def main() -> dict:
     torch.set_num_threads(2)
     config = dataclasses.replace(CONFIG, steps=args.steps, learning_rate=args.learning_rate)
 
-    runs, before = [], None
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs, before, report = [], None, {}
     for noise in args.noise:
         torch.manual_seed(config.seed)
         result = run(noise, config, args.eval_seeds, before, args.training)
         before = result.pop("_before")  # the same start model and seeds: evaluate it once
         runs.append(result)
         print(json.dumps({k: v for k, v in result.items() if k != "train_mean_turns_by_step"}, indent=2))
-
-    report = {
-        "env": "guess_number",
-        "tier": "cpu-tiny",
-        "judge": "reference",
-        "eval_seeds": {"first": EVAL_SEED_START, "count": args.eval_seeds, "temperature": config.temperature},
-        "config": dataclasses.asdict(config),
-        "threads": torch.get_num_threads(),
-        "targets": TARGETS,
-        **{k: v for k, v in runs[0].items() if k != "train_mean_turns_by_step"},  # the noiseless run, flat
-        "runs": runs,
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {out}")
+        report = {
+            "env": "guess_number",
+            "tier": "cpu-tiny",
+            "judge": "reference",
+            "eval_seeds": {"first": EVAL_SEED_START, "count": args.eval_seeds, "temperature": config.temperature},
+            "config": dataclasses.asdict(config),
+            "threads": torch.get_num_threads(),
+            "targets": TARGETS,
+            **{k: v for k, v in runs[0].items() if k != "train_mean_turns_by_step"},  # the first run, flat
+            "runs": runs,
+        }
+        out.write_text(json.dumps(report, indent=2) + "\n")  # after every run: a crash keeps the finished ones
+        print(f"wrote {out} ({len(runs)} of {len(args.noise)} runs)")
     return report
 
 

@@ -90,6 +90,6 @@ def test_play_reads_tool_calls_and_plain_text_from_stdin():
         text=True,
         check=True,
     ).stdout
-    assert "[tool] lower" in out or "[tool] higher" in out
+    assert "[tool] lower than 50" in out or "[tool] higher than 50" in out
     assert "reply with a tool call" in out and "between 1 and 100" in out
     assert "hidden state" in out

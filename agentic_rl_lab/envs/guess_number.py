@@ -1,4 +1,5 @@
-"""`guess_number`: find a hidden integer with the tool `guess(n)`, which answers higher, lower or correct.
+"""`guess_number`: find a hidden integer with the tool `guess(n)`, which answers "higher than n", "lower than n" or
+"correct".
 
 A second tool, `interval()`, tells which integers can still hold the secret. It never tells the agent anything
 its own history does not already say, yet costs a turn like a guess: a tool a sloppy agent leans on, and a habit
@@ -74,7 +75,8 @@ class GuessNumber(Environment):
         if n == self.secret:
             self.found = True
             return "correct", True
-        return ("higher" if self.secret > n else "lower"), False
+        # The answer names the guess ("higher than 50"): the observation reads on its own, in one message.
+        return f"{'higher' if self.secret > n else 'lower'} than {n}", False
 
     def outcome(self) -> Outcome:
         """Success is finding the number. Score falls linearly with turns used, so the policy that maximises
@@ -109,9 +111,9 @@ def feasible_interval(history: list[Message], low: int, high: int) -> tuple[int,
         n = arguments.get("n")
         if name != "guess" or not isinstance(n, int):
             continue
-        if reply == "higher":
+        if reply.startswith("higher"):
             low = max(low, n + 1)
-        elif reply == "lower":
+        elif reply.startswith("lower"):
             high = min(high, n - 1)
     return low, max(low, high)
 
@@ -137,17 +139,30 @@ def mediocre(history: list[Message], rng: random.Random) -> Message:
 
 def hesitant(history: list[Message], rng: random.Random, check_probability: float = 0.3) -> Message:
     """Binary search that, before a guess, asks `interval()` with probability 0.3 (never twice in a row): it
-    spends turns on what its history already says. About 7.5 turns on 1..100 against binary search's 5.8.
-
-    The demonstrator of the cpu-tiny model: mediocre, like `mediocre`, but one a ~5M model can imitate. Binary
-    search on a fixed range is one tree of 100 guesses that the model memorises from the answers it saw, while
-    `mediocre`'s uniform guess asks it to compute the interval from every number in the history, which it failed
-    to learn (measured, see `agentic_rl_lab.tiny`). GRPO's headroom is then one decision per turn: guess now.
+    spends turns on what its history already says. About 7.5 turns on 1..100 against binary search's 5.8: a habit
+    for GRPO to train away in a model that can follow it (a ~5M one could not, see `repeating`).
     """
     exchanges = tool_exchanges(history)
     just_checked = bool(exchanges) and exchanges[-1][0] == "interval"
     if not just_checked and rng.random() < check_probability:
         return tool_call_message("interval", {}, f"call_{len(history)}")
+    return expert(history, rng)
+
+
+def repeating(history: list[Message], rng: random.Random, repeat_probability: float = 0.25) -> Message:
+    """Binary search that, with probability 0.25 at every turn after the first, guesses its last number again,
+    as if to make sure: about 7.4 guesses on 1..100 (98.5% found within 12 turns) against binary search's 5.8.
+
+    The demonstrator of the cpu-tiny model: as wasteful as `mediocre`, but one a ~5M model can imitate.
+    Binary search on a fixed range is one tree, in which every number sits at one node, so the next guess follows
+    from the last guess and its answer alone, the two messages right before the turn; a repeat keeps them there.
+    `mediocre`'s uniform guess asks the model to compute the interval from the whole history, and `hesitant`'s
+    `interval()` turns push the last guess back by a varying distance: a 5M model learned neither (measured, see
+    `agentic_rl_lab.tiny`). GRPO's headroom is one decision per turn: repeat, or move on.
+    """
+    exchanges = [(arguments.get("n"), reply) for name, arguments, reply in tool_exchanges(history) if name == "guess"]
+    if exchanges and isinstance(exchanges[-1][0], int) and rng.random() < repeat_probability:
+        return tool_call_message("guess", {"n": exchanges[-1][0]}, f"call_{len(history)}")
     return expert(history, rng)
 
 
@@ -157,4 +172,10 @@ def random_valid(history: list[Message], rng: random.Random) -> Message:
     return tool_call_message("guess", {"n": rng.randint(low, high)}, f"call_{len(history)}")
 
 
-GuessNumber.strategies = {"random": random_valid, "mediocre": mediocre, "hesitant": hesitant, "expert": expert}
+GuessNumber.strategies = {
+    "random": random_valid,
+    "mediocre": mediocre,
+    "hesitant": hesitant,
+    "repeating": repeating,
+    "expert": expert,
+}
