@@ -112,24 +112,24 @@ def main() -> dict:
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    runs, before, report = [], None, {}
+    report = {
+        "env": "guess_number",
+        "tier": "cpu-tiny",
+        "judge": "reference",
+        "eval_seeds": {"first": EVAL_SEED_START, "count": args.eval_seeds, "temperature": config.temperature},
+        "config": dataclasses.asdict(config),
+        "threads": torch.get_num_threads(),
+        "targets": TARGETS,
+    }
+    runs, before = [], None
     for noise in args.noise:
         torch.manual_seed(config.seed)
         result = run(noise, config, args.eval_seeds, before, args.training)
         before = result.pop("_before")  # the same start model and seeds: evaluate it once
         runs.append(result)
         print(json.dumps({k: v for k, v in result.items() if k != "train_mean_turns_by_step"}, indent=2))
-        report = {
-            "env": "guess_number",
-            "tier": "cpu-tiny",
-            "judge": "reference",
-            "eval_seeds": {"first": EVAL_SEED_START, "count": args.eval_seeds, "temperature": config.temperature},
-            "config": dataclasses.asdict(config),
-            "threads": torch.get_num_threads(),
-            "targets": TARGETS,
-            **{k: v for k, v in runs[0].items() if k != "train_mean_turns_by_step"},  # the first run, flat
-            "runs": runs,
-        }
+        report.update({k: v for k, v in runs[0].items() if k != "train_mean_turns_by_step"})  # first run, flat
+        report["runs"] = runs
         out.write_text(json.dumps(report, indent=2) + "\n")  # after every run: a crash keeps the finished ones
         print(f"wrote {out} ({len(runs)} of {len(args.noise)} runs)")
     return report

@@ -160,9 +160,9 @@ def repeating(history: list[Message], rng: random.Random, repeat_probability: fl
     `interval()` turns push the last guess back by a varying distance: a 5M model learned neither (measured, see
     `agentic_rl_lab.tiny`). GRPO's headroom is one decision per turn: repeat, or move on.
     """
-    exchanges = [(arguments.get("n"), reply) for name, arguments, reply in tool_exchanges(history) if name == "guess"]
-    if exchanges and isinstance(exchanges[-1][0], int) and rng.random() < repeat_probability:
-        return tool_call_message("guess", {"n": exchanges[-1][0]}, f"call_{len(history)}")
+    guesses = [arguments.get("n") for name, arguments, _ in tool_exchanges(history) if name == "guess"]
+    if guesses and isinstance(guesses[-1], int) and rng.random() < repeat_probability:
+        return tool_call_message("guess", {"n": guesses[-1]}, f"call_{len(history)}")
     return expert(history, rng)
 
 
