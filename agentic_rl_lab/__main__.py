@@ -156,9 +156,10 @@ def train(args: argparse.Namespace) -> None:
     from agentic_rl_lab.plots import plot_training
 
     torch.manual_seed(args.seed)
-    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
-    config = GRPOConfig(**{k: v for k, v in vars(args).items() if k in fields and v is not None})
     loaded = load_model(args.tier, model_name=args.model_dir)
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    given = {k: v for k, v in vars(args).items() if k in fields and v is not None}
+    config = GRPOConfig(**{**loaded.profile.sampling, **given})  # the tier's sampling, unless a flag says otherwise
     run_dir = Path(args.run_dir or f"runs/{args.env}-{args.tier}-{args.judge}")
     env = make(args.env)
     trainer = GRPOTrainer(
@@ -219,6 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--learning-rate", type=float, default=None, help="AdamW learning rate")
     p.add_argument("--loss-type", default=None, choices=["grpo", "dr_grpo", "dapo", "cispo"], help="loss variant")
     p.add_argument("--beta", type=float, default=None, help="KL weight to the reference model")
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the tier's)")
     p.add_argument("--eval-every", type=int, default=None, help="held-out evaluation every N steps (0: off)")
     p.add_argument("--eval-episodes", type=int, default=None, help="held-out episodes per evaluation")
     p.add_argument("--seed", type=int, default=0, help="seed for scenarios, sampling and the judge")

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from agentic_rl_lab.envs import GuessNumber
+from agentic_rl_lab.models import PROFILES
 from agentic_rl_lab.policies import HFPolicy
 from agentic_rl_lab.rollout import collect_group
 from agentic_rl_lab.tiny import HELD_OUT_SEED_START, default_model_path, load_build_info
@@ -47,7 +48,8 @@ def tokens_per_second(policy: HFPolicy, seed: int, batched: bool) -> tuple[float
 def main() -> dict:
     torch.set_num_threads(2)
     path = default_model_path()
-    policy = HFPolicy.from_pretrained(path, temperature=1.0, seed=0, max_new_tokens=64)
+    sampling = PROFILES["cpu-tiny"].sampling
+    policy = HFPolicy.from_pretrained(path, seed=0, **sampling)
     tokens_per_second(policy, HELD_OUT_SEED_START, batched=True)  # warm-up: first calls allocate and compile
     runs: dict[str, list[tuple[float, int, float]]] = {"batched": [], "one_at_a_time": []}
     for repeat in range(REPEATS):
@@ -67,7 +69,7 @@ def main() -> dict:
         "env": "guess_number",
         "group_size": GROUP_SIZE,
         "repeats": REPEATS,
-        "sampling": {"temperature": 1.0, "max_new_tokens": 64},
+        "sampling": sampling,
         "threads": torch.get_num_threads(),
         **summary,
         "batched_speedup": speedup,

@@ -73,7 +73,18 @@ loss.backward()
 grad = sum(float(p.grad.abs().sum()) for p in trainable if p.grad is not None)
 model.eval()
 out = model.generate(**batch, max_new_tokens=5, do_sample=False)
+from agentic_rl_lab.envs import GuessNumber
+from agentic_rl_lab.policies import HFPolicy
+from agentic_rl_lab.rollout import collect_group
+turns = {}
+for reuse in (False, True):  # HFPolicy's KV cache between turns, through Unsloth's patched generate
+    policy = HFPolicy(model, tokenizer, seed=0, max_new_tokens=16, reuse_cache=reuse)
+    group = collect_group(GuessNumber(), policy, seed=1, num_generations=2, progress=False)
+    turns[reuse] = [c.token_ids for t in group.trajectories for c in t.completions]
 print("RESULT " + json.dumps({
+    "policy_turns": len(turns[True]),
+    "cache_changes_nothing": turns[True] == turns[False],
+    "cached_tokens": policy.counts["cached_tokens"],
     "unsloth_imported": "unsloth" in sys.modules,
     "model_class": type(model).__name__,
     "trainable": sum(p.numel() for p in trainable),
@@ -103,3 +114,4 @@ def test_unsloth_loads_lora_trains_and_samples_the_tiny_model_on_cpu(small_model
     assert report["loss"] > 0 and report["grad"] > 0, "the LoRA adapters receive gradients"
     assert report["new_tokens"] >= 1
     assert report["tokens_50"] == ["Ġ50"]
+    assert report["policy_turns"] > 2 and report["cache_changes_nothing"] and report["cached_tokens"] > 0

@@ -60,6 +60,7 @@ def test_cli_help_lists_the_subcommands():
 
 
 def test_demo_runs_and_saves_loadable_trajectories(tmp_path):
+    from agentic_rl_lab.models import PROFILES
     from agentic_rl_lab.trajectory import load_groups
 
     result = subprocess.run(
@@ -74,6 +75,8 @@ def test_demo_runs_and_saves_loadable_trajectories(tmp_path):
     metrics = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in metrics if not r["eval_only"]] == [0, 1]
     assert (tmp_path / "grpo" / "training.png").stat().st_size > 0
+    config = json.loads((tmp_path / "grpo" / "config.json").read_text())
+    assert config["temperature"] == PROFILES["cpu-tiny"].temperature, "training samples at the tier's temperature"
     files = sorted(tmp_path.glob("*.jsonl"))
     assert any(f.name == "guess_number-expert.jsonl" for f in files)
     for file in files:

@@ -82,12 +82,7 @@ def splice_sampled_tokens(
         sequence.assistant_mask += [0] * len(context_ids) + [1] * len(token_ids)
         sequence.old_logprobs += [0.0] * len(context_ids) + list(logprobs or [0.0] * len(token_ids))
         sequence.turn += [-1] * len(context_ids) + [turn] * len(token_ids)
-        # The sampled ids stand for this assistant message up to its end-of-turn marker (or without it, when the
-        # turn was cut off by max_new_tokens: the template then adds the marker back as context).
-        rendered = render(tokenizer, messages[: k + 1], tools)
-        rendered_until = rendered.rindex(END_OF_TURN)
-        if list(token_ids[-1:]) == [tokenizer.convert_tokens_to_ids(END_OF_TURN)]:
-            rendered_until += len(END_OF_TURN)
+        rendered_until = rendered_through(tokenizer, messages[: k + 1], tools, token_ids)
     if add_generation_prompt:
         tail = tokenizer.encode(render(tokenizer, messages, tools, True)[rendered_until:], add_special_tokens=False)
         sequence.input_ids += tail
@@ -95,6 +90,30 @@ def splice_sampled_tokens(
         sequence.old_logprobs += [0.0] * len(tail)
         sequence.turn += [-1] * len(tail)
     return sequence
+
+
+def extend_prompt(
+    tokenizer: Any, messages: list[dict], tools: list[dict] | None, prompt_ids: list[int], k: int, token_ids: list[int]
+) -> list[int]:
+    """The next prompt, grown from the last one: `prompt_ids` (what assistant message `k`, the last in `messages`,
+    was sampled from), its sampled `token_ids`, then the messages after it and the `<|im_start|>assistant` header.
+
+    The same ids as `splice_sampled_tokens(..., add_generation_prompt=True)`, in two renders instead of two per
+    turn: a policy that remembers its last prompt need not rebuild the whole conversation every turn.
+    """
+    until = rendered_through(tokenizer, messages[: k + 1], tools, token_ids)
+    tail = tokenizer.encode(render(tokenizer, messages, tools, True)[until:], add_special_tokens=False)
+    return list(prompt_ids) + list(token_ids) + tail
+
+
+def rendered_through(tokenizer: Any, messages: list[dict], tools: list[dict] | None, token_ids: list[int]) -> int:
+    """How many characters of the rendered `messages` the last (assistant) message's sampled ids stand for: up to
+    its end-of-turn marker, or to just before it when the turn was cut off by max_new_tokens (the template then
+    adds the marker back, as context)."""
+    until = render(tokenizer, messages, tools).rindex(END_OF_TURN)
+    if list(token_ids[-1:]) == [tokenizer.convert_tokens_to_ids(END_OF_TURN)]:
+        until += len(END_OF_TURN)
+    return until
 
 
 def render(tokenizer: Any, messages: list[dict], tools: list[dict] | None, add_generation_prompt: bool = False) -> str:

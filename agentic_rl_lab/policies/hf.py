@@ -14,6 +14,15 @@ token for the whole batch). Each turn ends at `<|im_end|>`. The text is parsed i
 
 Training uses `token_ids`, never a re-tokenization of the message: the two can differ (see `tests/policies/
 test_hf.py` for when), and the model must be trained on what it actually did.
+
+**The KV cache is kept between turns** (`reuse_cache=True`). A turn's prompt is the previous prompt, the tokens
+just sampled, and the new observation. Without the cache, every turn would recompute the keys and values of the
+whole history (the *prefill*), and on a small model that costs more than sampling the turn itself: a guess_number
+turn reads ~300 tokens and writes ~20. So after each `generate` the policy keeps every row's keys and values, and
+the next call computes only the new tokens; it also grows the next prompt from the last one (`extend_prompt`)
+instead of rendering the whole conversation again. The cache lives one call: rows that do not come back (finished
+trajectories) are dropped, so memory stays one batch's worth. It assumes the weights do not change between the
+turns of a trajectory (the trainer samples whole groups, then updates).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +40,23 @@ import torch
 
 from agentic_rl_lab.chat import END_OF_TURN, parse_assistant_text
 from agentic_rl_lab.envs.base import Message
-from agentic_rl_lab.grpo.tensors import splice_sampled_tokens
+from agentic_rl_lab.grpo.tensors import extend_prompt, splice_sampled_tokens
 from agentic_rl_lab.rollout import Action
+
+
+@dataclass
+class CachedPrefix:
+    """What a row's last `generate` call read and computed: its `prompt`, the `token_ids` it sampled, and the keys
+    and values of `ids`, all those tokens but the last sampled one (generation stops before feeding that one
+    back). `layers[i]` is layer i's (keys, values), each (kv_heads, len(ids), head_dim)."""
+
+    prompt: list[int]
+    token_ids: list[int]
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+
+    @property
+    def ids(self) -> list[int]:
+        return self.prompt + self.token_ids[:-1]
 
 
 class HFPolicy:
@@ -46,9 +71,12 @@ class HFPolicy:
         max_new_tokens: int = 128,
         seed: int | None = None,
         end_of_turn: str = END_OF_TURN,
+        reuse_cache: bool = True,
     ) -> None:
         """`seed` makes sampling reproducible: call k of `act` samples with its own seed, derived from `seed` and k.
-        `end_of_turn`: the token that ends an assistant turn (ChatML's `<|im_end|>`)."""
+        `end_of_turn`: the token that ends an assistant turn (ChatML's `<|im_end|>`).
+        `reuse_cache`: keep each row's KV cache for its next turn (see the module docstring); it switches itself off
+        for a model whose cache is not a plain `DynamicCache`."""
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(
                 "the tokenizer has no chat template, so histories cannot be rendered; set one, e.g. "
@@ -69,12 +97,16 @@ class HFPolicy:
         self.temperature, self.top_p, self.max_new_tokens, self.seed = temperature, top_p, max_new_tokens, seed
         self.end_of_turn_id: int = stop
         self.context_length: int | None = getattr(model.config, "max_position_embeddings", None)
+        self.reuse_cache = reuse_cache
         self.counts: Counter[str] = Counter()
+        """Running totals: `generate_calls`, `turns`, `sampled_tokens`, `truncated_turns` (cut by `max_new_tokens`),
+        `prefill_tokens` (computed) and `cached_tokens` (read from the cache instead), and `parse_errors/<kind>`
+        (see `agentic_rl_lab.chat.PARSE_ERROR_KINDS`)."""
         self.sampled: dict[str, list[int]] = {}
         """Token ids this policy sampled, by a digest of the history up to and including the message: the next
         prompt splices them in instead of re-tokenizing the parsed message (token in, token out)."""
-        """Running totals: `generate_calls`, `turns`, `sampled_tokens`, `truncated_turns` (cut by `max_new_tokens`)
-        and `parse_errors/<kind>` (see `agentic_rl_lab.chat.PARSE_ERROR_KINDS`)."""
+        self.cache: dict[str, CachedPrefix] = {}
+        """Each row of the last `generate` call, by the same digest as `sampled`."""
 
     @classmethod
     def from_pretrained(
@@ -97,10 +129,13 @@ class HFPolicy:
             return []
         prompts = [self.prompt_ids(history, tools) for history in histories]
         input_ids, attention_mask = self._left_pad(prompts)
+        past = self._past_key_values(histories, prompts) if self.reuse_cache else None
+        cached = past.get_seq_length() if past is not None else 0  # columns generate need not compute
         with torch.no_grad(), self._seeded():
             output = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
+                past_key_values=past,  # None, or the first columns of every row, computed by the last call
                 do_sample=self.temperature > 0,
                 temperature=self.temperature if self.temperature > 0 else None,
                 top_p=self.top_p if self.temperature > 0 else None,
@@ -113,13 +148,18 @@ class HFPolicy:
                 output_logits=True,  # the raw logits of every step, before temperature and top-p
             )
         self.counts["generate_calls"] += 1
+        self.counts["cached_tokens"] += cached * len(prompts) - int((attention_mask[:, :cached] == 0).sum())
+        self.counts["prefill_tokens"] += int(attention_mask[:, cached:].sum())
         new_tokens = output.sequences[:, input_ids.shape[1] :]  # (batch, steps)
         logits = torch.stack(output.logits, dim=1).float()  # (batch, steps, vocab)
         temperature = self.temperature if self.temperature > 0 else 1.0
         logprobs = torch.log_softmax(logits / temperature, dim=-1).gather(-1, new_tokens[..., None])[..., 0]
-        return [
+        actions = [
             self._action(row, new_tokens[row].tolist(), logprobs[row].tolist(), h) for row, h in enumerate(histories)
         ]
+        if self.reuse_cache:
+            self._keep_cache(output.past_key_values, histories, prompts, actions)
+        return actions
 
     # ----- the pieces -------------------------------------------------------------------------------------------------
     def prompt_ids(self, history: list[Message], tools: list[dict[str, Any]] | None) -> list[int]:
@@ -127,8 +167,12 @@ class HFPolicy:
 
         Raises ValueError if the prompt plus `max_new_tokens` would not fit in the model's context.
         """
-        sampled = {k: (self.sampled[key], None) for k, key in _digests(history) if key in self.sampled}
-        if sampled:  # splice in the ids this policy sampled, so the prompt is exactly what the trainer will see
+        keys = _digests(history)
+        last = self.cache.get(keys[-1][1]) if keys else None
+        sampled = {k: (self.sampled[key], None) for k, key in keys if key in self.sampled}
+        if last is not None:  # grow the last prompt of this trajectory by the turn it sampled and the reply
+            ids = extend_prompt(self.tokenizer, history, tools, last.prompt, keys[-1][0], last.token_ids)
+        elif sampled:  # splice in the ids this policy sampled, so the prompt is exactly what the trainer will see
             ids = splice_sampled_tokens(self.tokenizer, history, tools, sampled, add_generation_prompt=True).input_ids
         else:
             ids = self.tokenizer.apply_chat_template(
@@ -169,6 +213,63 @@ class HFPolicy:
         self.counts.update(f"parse_errors/{error['kind']}" for error in errors)
         self.sampled[_digests([*history, message])[-1][1]] = tokens[:length]
         return Action(message, token_ids=tokens[:length], logprobs=logprobs[:length])
+
+    # ----- the KV cache between turns ---------------------------------------------------------------------------------
+    def _past_key_values(self, histories: Sequence[list[Message]], prompts: list[list[int]]) -> Any:
+        """A `DynamicCache` holding the first `C` columns of the left-padded batch, or None if no row has one.
+
+        Every row is right-aligned in a batch of width `W`. A row whose cached prefix is `c` tokens long has
+        `W - len(prompt) + c` columns it need not compute. The batch's cache covers the columns that *every* row
+        has: `C = W - max(len(prompt) - c)`. A row with more cached tokens than that recomputes the rest, which
+        is correct, only a little slower. Padding columns hold zeros and are masked out.
+        """
+        from transformers import DynamicCache
+
+        width = max(len(p) for p in prompts)
+        found = [self._cached_prefix(h, p) for h, p in zip(histories, prompts)]
+        uncached = [len(p) - (len(e.ids) if e else 0) for p, e in zip(prompts, found)]
+        columns = width - max(uncached)  # C
+        if columns <= 0:
+            return None
+        layers = []
+        for i, (keys, values) in enumerate(next(e for e in found if e).layers):
+            shape = (len(prompts), keys.shape[0], columns, keys.shape[2])
+            batch_keys, batch_values = keys.new_zeros(shape), values.new_zeros(shape)
+            for row, (prompt, entry) in enumerate(zip(prompts, found)):
+                take = columns - (width - len(prompt))  # this row's real tokens among the first C columns
+                if entry is not None and take > 0:
+                    batch_keys[row, :, columns - take :] = entry.layers[i][0][:, :take]
+                    batch_values[row, :, columns - take :] = entry.layers[i][1][:, :take]
+            layers.append((batch_keys, batch_values))
+        return DynamicCache(layers)
+
+    def _cached_prefix(self, history: list[Message], prompt: list[int]) -> CachedPrefix | None:
+        """The cache entry of the history's last assistant turn, if this policy sampled it in its last call and
+        the new prompt starts with exactly the tokens the entry covers."""
+        keys = _digests(history)
+        entry = self.cache.get(keys[-1][1]) if keys else None
+        if entry is None or len(entry.ids) >= len(prompt) or prompt[: len(entry.ids)] != entry.ids:
+            return None
+        return entry
+
+    def _keep_cache(
+        self, past: Any, histories: Sequence[list[Message]], prompts: list[list[int]], actions: list[Action]
+    ) -> None:
+        """Keep each row's keys and values (its real columns only) for its next turn; drop everything older."""
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        self.cache = {}
+        if type(past) is not DynamicCache or any(type(layer) is not DynamicLayer for layer in past.layers):
+            self.reuse_cache = False  # e.g. a sliding-window or hybrid model: its cache cannot be cut this way
+            self.counts["cache_unsupported"] += 1
+            return
+        width = max(len(p) for p in prompts)
+        for row, (history, prompt, action) in enumerate(zip(histories, prompts, actions)):
+            start, end = width - len(prompt), width + len(action.token_ids) - 1
+            layers = [(k[row, :, start:end].clone(), v[row, :, start:end].clone()) for k, v, *_ in past]
+            key = _digests([*history, action.message])[-1][1]
+            self.cache[key] = CachedPrefix(prompt, action.token_ids, layers)
 
     @contextlib.contextmanager
     def _seeded(self) -> Iterator[None]:

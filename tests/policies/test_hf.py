@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentic_rl_lab.chat import assistant_text, parse_assistant_text
 from agentic_rl_lab.envs import ENVIRONMENTS, GuessNumber, make
+from agentic_rl_lab.grpo.tensors import trajectory_to_sequence
 from agentic_rl_lab.policies import HFPolicy
 from agentic_rl_lab.rollout import collect_group, collect_groups
 from agentic_rl_lab.tiny import SMALL_CONFIG, build_tiny_model
@@ -201,6 +202,46 @@ def test_a_batch_acts_like_each_history_alone(loaded):
         (alone,) = policy.act([history], env.tool_schemas)
         assert alone.token_ids == action.token_ids and alone.message == action.message
         assert torch.allclose(torch.tensor(alone.logprobs), torch.tensor(action.logprobs), atol=1e-4)
+
+
+def test_the_kv_cache_between_turns_changes_the_work_not_the_samples(loaded):
+    """With the cache, each turn computes only its new tokens; what is sampled, and its logprobs, stay the same.
+    Two groups at different stages, and turns cut off by max_new_tokens, exercise rows of unequal cached length."""
+    model, tokenizer = loaded
+    runs = {}
+    for reuse in (False, True):
+        policy = HFPolicy(model, tokenizer, seed=0, max_new_tokens=24, reuse_cache=reuse)
+        groups = collect_groups(GuessNumber(), policy, seeds=[1, 2], num_generations=4, progress=False)
+        runs[reuse] = policy, [c for g in groups for t in g.trajectories for c in t.completions]
+    (plain, plain_turns), (cached, cached_turns) = runs[False], runs[True]
+    assert [c.token_ids for c in plain_turns] == [c.token_ids for c in cached_turns]
+    for a, b in zip(plain_turns, cached_turns):
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
+    assert plain.counts["truncated_turns"] > 0, "some turns were cut off, so their cache ends without <|im_end|>"
+    assert plain.counts["cached_tokens"] == 0
+    assert cached.counts["cached_tokens"] > 2 * cached.counts["prefill_tokens"], "most of each prompt came cached"
+    assert cached.counts["cached_tokens"] + cached.counts["prefill_tokens"] == plain.counts["prefill_tokens"]
+    assert 0 < len(cached.cache) <= 8, "only the rows of the last call are kept"
+
+
+def test_every_prompt_the_policy_read_is_the_training_sequence_up_to_that_turn(loaded):
+    """Prompts grown turn by turn (`extend_prompt`, with the cache) are the trainer's tokens, exactly."""
+    model, tokenizer = loaded
+    policy = HFPolicy(model, tokenizer, seed=1, max_new_tokens=24)
+    read = []
+    prompt_ids = policy.prompt_ids
+    policy.prompt_ids = lambda history, tools: read.append((list(history), prompt_ids(history, tools))) or read[-1][1]
+    group = collect_group(GuessNumber(), policy, seed=5, num_generations=4, progress=False)
+    checked = 0
+    for trajectory in group.trajectories:
+        sequence = trajectory_to_sequence(trajectory, tokenizer)
+        starts = [i for i, t in enumerate(sequence.turn) if t >= 0 and (i == 0 or sequence.turn[i - 1] != t)]
+        for completion, start in zip(trajectory.completions, starts):
+            history = trajectory.messages[: completion.message_index]
+            prompts = [ids for seen, ids in read if seen == history]  # members can share a history (turn 1)
+            assert prompts and all(prompt == sequence.input_ids[:start] for prompt in prompts)
+            checked += 1
+    assert checked == sum(t.num_turns for t in group.trajectories) > 8
 
 
 def test_a_seed_makes_sampling_reproducible_and_leaves_the_global_rng_alone(loaded):
