@@ -32,8 +32,10 @@ demonstrator that puts other turns between the answers breaks that shortcut:
 | the same (the default) | 40 + 40 | 1,600 | 65% (500 seeds: see benchmarks) |
 
 (guess_number, 200 held-out seeds unless noted, temperature 1. The tier samples at 0.6, where the default model
-succeeds 86% of the time in 7.3 guesses: see `agentic_rl_lab.models.CPU_TINY_TEMPERATURE`.) Naming the guess in the answer helps because the next
-binary-search guess is then a function of the last message alone, which a repeat does not move. The other
+succeeds 86% of the time in 7.3 guesses: see `agentic_rl_lab.models.CPU_TINY_TEMPERATURE`.)
+
+Naming the guess in the answer helps because the next binary-search guess is then a function of the last message
+alone, which a repeat does not move. The other
 environments' demonstrations cost guess_number dearly (65% against 37%), so the default keeps few of them: enough
 to learn their format, not to play them well. Teacher forced, the `hesitant` model followed the tree to depth 4
 without error, then 96%, 68% and 33% at depths 5-7, on training episodes too: not memorisation, a wrong algorithm.
