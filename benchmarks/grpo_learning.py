@@ -2,6 +2,8 @@
 
     python benchmarks/grpo_learning.py                 # writes benchmarks/results/grpo_learning.json
     python benchmarks/grpo_learning.py --steps 20      # a shorter try (the file says how many steps ran)
+    python benchmarks/grpo_learning.py --training lora --learning-rate 6e-4 --noise 0
+                                                       # LoRA instead: writes results/grpo_learning_lora.json
 
 The cpu-tiny model imitates a mediocre demonstrator on guess_number, `repeating`: binary search that guesses its
 last number again about a quarter of the time (about 7.4 guesses on 1..100), while binary search alone needs 5.8.
@@ -118,12 +120,13 @@ def main() -> dict:
     parser.add_argument("--eval-seeds", type=int, default=EVAL_SEEDS, help="held-out seeds for each evaluation")
     parser.add_argument("--training", choices=["full", "lora"], default="full", help="all weights, or LoRA adapters")
     parser.add_argument("--learning-rate", type=float, default=CONFIG.learning_rate)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "grpo_learning.json"))
+    parser.add_argument("--out", default=None, help="default: results/grpo_learning.json (_lora.json with LoRA)")
     args = parser.parse_args()
     torch.set_num_threads(2)
     config = dataclasses.replace(CONFIG, steps=args.steps, learning_rate=args.learning_rate)
 
-    out = Path(args.out)
+    name = "grpo_learning.json" if args.training == "full" else "grpo_learning_lora.json"
+    out = Path(args.out or Path(__file__).parent / "results" / name)
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "env": "guess_number",
