@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import platform
 import tempfile
 import time
 from pathlib import Path
@@ -51,8 +52,8 @@ CONFIG = GRPOConfig(
     save_every=1000,
 )
 """One optimizer step per micro-batch of 16 trajectories: 4 updates per step of 64 trajectories, about 10 s a step
-on 2 cores with the KV cache kept between turns. Measured at the tier's temperature (0.6), noise 0, 300 held-out
-seeds (mean guesses before: 7.17, success 83%):
+on 2 cores of an Intel CPU with AMX, with the KV cache kept between turns. Measured at the tier's temperature (0.6),
+noise 0, 300 held-out seeds (mean guesses before: 7.17, success 83%):
 
 | loss_type | learning rate | beta | mean guesses (success) after 20-25 / 40-50 / 60-75 / 100-120 steps |
 | --- | --- | --- | --- |
@@ -60,11 +61,27 @@ seeds (mean guesses before: 7.17, success 83%):
 | `dapo` | 1.2e-4 | 0 | 40 steps: 7.94 (58%, 75% valid turns: the format broke) |
 | `grpo` | 6e-5 | 0 | 6.96 (78%) / 6.94 (78%) / 6.70 (82%) / 7.17 (74%) |
 | `grpo` | 6e-5 | 0.04 | 6.72 (83%) / 6.64 (85%) / 6.93 (79%) / 6.62 (83%) |
+| the same, on an AMD EPYC | 6e-5 | 0.04 | 6.88 (81%) / 7.57 (71%, 96.7% valid turns) |
+| `grpo`, `scale_rewards="batch"` | 6e-5 | 0.04 | 25 steps: 6.93 (79%) |
+| `grpo`, 4 groups of 16 | 6e-5 | 0.04 | 25 steps: 7.04 (75%) |
+| `grpo`, one optimizer step per step (`gradient_accumulation_steps=4`) | 1.2e-4 | 0.04 | 7.02 (76%) / 6.82 (81%) |
 
 `dapo` weighs every token the same, so a long failed episode (12 turns, negative advantage) pushes its format
 tokens down more than a short success pushes them up; `grpo` gives each trajectory the same weight, and the KL
 term holds the format in place. Without it, the policy drifts after about 60 steps. Progress is noisy from one
-evaluation to the next, so 50 steps is the default: it fits the 20 minutes with room to spare."""
+evaluation to the next, and from one machine to another: the same settings, seeds and start model gave 6.64 on
+one CPU and 7.57 on another after 50 steps. Their first rollouts are identical, then the CPUs round the updates
+differently and the runs part. One run says little; 50 steps is the default: about 9 minutes on an Intel CPU
+with AMX, about 22 on an AMD EPYC without AVX-512 (27 s a step: 10 s of rollout, 17 of update), which is over the
+20 minutes.
+
+Where the gap is. At temperature 0.6 about 1.0 of the 1.4 guesses between the start and binary search comes from
+failed episodes (a wrong guess deep in the search, then wandering to the 12-turn limit), and only about 0.45 from
+repeats. Removing the repeats alone would close about 0.3 of the gap, which is what the runs above reach: they do
+not raise success. Sampled 8 times on each of the 100 secrets, the start model always finds 62 of them, never
+finds 2, and sometimes fails on 36: most failures sit in groups that do have a signal, but every variant that cut
+turns faster lost success. A better-trained start fails far less (see the note on SFT length in
+`agentic_rl_lab.tiny`), and is the next thing to try."""
 NOISES = (0.0, 0.1, 0.3)
 EVAL_SEEDS = 500
 TARGETS = {"min_gap_closed": 0.5, "aim_gap_closed": 0.9, "max_wall_seconds": 20 * 60}
@@ -113,6 +130,17 @@ def run(noise: float, config: GRPOConfig, eval_seeds: int, before: dict | None, 
     }
 
 
+def cpu_name() -> str:
+    """The CPU's model name, as Linux reports it (`platform.processor()` is often empty there)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=CONFIG.steps, help="GRPO steps per run")
@@ -135,6 +163,7 @@ def main() -> dict:
         "eval_seeds": {"first": EVAL_SEED_START, "count": args.eval_seeds, "temperature": config.temperature},
         "config": dataclasses.asdict(config),
         "threads": torch.get_num_threads(),
+        "cpu": cpu_name(),  # wall_seconds depend on it: about 2.5x apart between the CPUs measured
         "targets": TARGETS,
     }
     runs, before = [], None
