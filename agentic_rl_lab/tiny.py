@@ -43,7 +43,7 @@ episodes too: not memorisation, a wrong algorithm.
 The default build is not fully trained. 400 more SFT steps on the same demonstrations (learning rate 3e-4, cosine)
 raise its success at temperature 0.6 from 83% to 95% (300 held-out seeds), at 6.68 guesses instead of 7.17. At 0.6
 that model no longer plays near its demonstrator (7.33), which the tier needs to leave GRPO headroom; at 0.8 it
-does (7.30 guesses, 90% success). Left for a later build: on a CPU without native bfloat16 (AMD EPYC here), SFT
+does (7.30 guesses, 90% success). Left for a later build: on a CPU without native bfloat16 (an AMD EPYC, measured), SFT
 runs at 1.4 s a step, so 2,000 steps take about 48 minutes.
 
 Why Llama and not Qwen2: in transformers 5.x, `AutoTokenizer.from_pretrained(dir)` on a directory whose
