@@ -65,11 +65,12 @@ class TierProfile:
 
 
 CPU_TINY_TRAINING = "full"
-"""How `cpu-tiny` is fine-tuned: `"full"`, with a frozen copy as the reference. Measured against LoRA on the ~5M
-model (`benchmarks/grpo_learning.py`, guess_number, judge noise 0, 50 steps, 500 held-out seeds): all weights at
-learning rate 6e-5 closed 35% of the gap to the optimum; LoRA (r=16 on every projection, 0.38M trainable weights,
-learning rate 6e-4) closed 42%. Both learn; one run each, and evaluations of one run differ by more than that from
-step to step, so the tier keeps full fine-tuning, which cannot be too small to learn."""
+"""How `cpu-tiny` is fine-tuned by `train`, the demo and notebook 05: `"full"`, with a frozen copy as the reference.
+The learning benchmark (`benchmarks/grpo_learning.py`, guess_number) measured both on the ~5M model. On the
+1,600-step build (noise 0, 50 steps, 500 held-out seeds), all weights at learning rate 6e-5 closed 35% of the gap
+to the optimum and LoRA (r=16 on every projection, 0.38M trainable weights, learning rate 6e-4) 42%, with success
+up 2 points. On the 2,000-step build, LoRA closed 51% in 30 steps, keeping success within a point, and the
+benchmark now trains LoRA. One run each: switching the tier too is the next step, not yet measured end to end."""
 
 CPU_TINY_TEMPERATURE = 0.6
 """`cpu-tiny` samples at 0.6. Its SFT imitates a demonstrator that repeats a guess a quarter of the time, and at
@@ -79,8 +80,8 @@ seeds (`benchmarks/tiny_policy.py`):
 
 | temperature | success | format-valid turns | mean guesses |
 | --- | --- | --- | --- |
-| 1.0 | 65% | 96% | 8.45 |
-| 0.6 | 86% | 99.7% | 7.27 |
+| 1.0 | 66% | 98% | 8.51 |
+| 0.6 | 87% | 99.9% | 7.17 |
 
 (the demonstrator: 98.6% and 7.33; binary search: 5.8). At 0.6 the model plays its demonstrator's game, and the
 headroom GRPO needs, the repeats, is still there. Training recomputes logprobs at the same temperature."""
@@ -91,8 +92,8 @@ PROFILES: dict[str, TierProfile] = {
         TierProfile(
             name="cpu-tiny", model_name="tiny", loader="transformers", dtype="float32", load_in_4bit=False,
             lora=None, max_seq_length=3072, max_new_tokens=64, temperature=CPU_TINY_TEMPERATURE,
-            estimate="measured on 2 CPU cores: committed in data/tiny-model (a 13-minute build), ~340 sampled "
-            "tokens/s for one trajectory and ~1,100 for a group of 8, <3 GB RAM",
+            estimate="measured on 2 CPU cores: committed in data/tiny-model (a 15-45 minute build), 130-340 "
+            "sampled tokens/s for one trajectory and 480-1,100 for a group of 8 (AMD EPYC-Intel AMX), <3 GB RAM",
         ),
         TierProfile(
             name="cpu-small", model_name="Qwen/Qwen2.5-0.5B-Instruct", loader="transformers", dtype="float32",
