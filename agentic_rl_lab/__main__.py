@@ -161,7 +161,8 @@ def train(args: argparse.Namespace) -> None:
     loaded = load_model(args.tier, model_name=args.model_dir)
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}
     given = {k: v for k, v in vars(args).items() if k in fields and v is not None}
-    config = GRPOConfig(**{**loaded.profile.sampling, **given})  # the tier's sampling, unless a flag says otherwise
+    tier_defaults = {**loaded.profile.sampling, "learning_rate": loaded.profile.learning_rate}
+    config = GRPOConfig(**{**tier_defaults, **given})  # the tier's sampling and learning rate, unless a flag says
     run_dir = Path(args.run_dir or f"runs/{args.env}-{args.tier}-{args.judge}")
     env = make(args.env)
     trainer = GRPOTrainer(
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=None, help="training steps")
     p.add_argument("--groups-per-step", type=int, default=None, help="scenarios per step")
     p.add_argument("--num-generations", type=int, default=None, help="trajectories per scenario (group size)")
-    p.add_argument("--learning-rate", type=float, default=None, help="AdamW learning rate")
+    p.add_argument("--learning-rate", type=float, default=None, help="AdamW learning rate (default: the tier's)")
     p.add_argument("--loss-type", default=None, choices=["grpo", "dr_grpo", "dapo", "cispo"], help="loss variant")
     p.add_argument("--beta", type=float, default=None, help="KL weight to the reference model")
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the tier's)")

@@ -19,8 +19,9 @@ def test_tiers_resolve_and_unknown_tiers_name_the_choices():
         choose_tier("h100")
 
 
-def test_gpu_tiers_use_lora_and_unsloth_and_cpu_tiny_trains_all_weights():
-    assert PROFILES["cpu-tiny"].lora is None and PROFILES["cpu-tiny"].loader == "transformers"
+def test_every_tier_trains_lora_and_the_gpu_tiers_load_with_unsloth():
+    assert PROFILES["cpu-tiny"].loader == "transformers"
+    assert all(profile.lora is not None for profile in PROFILES.values()), "the reference is the adapters switched off"
     for tier in ("t4", "a100"):
         assert PROFILES[tier].loader == "unsloth" and PROFILES[tier].lora is not None
     assert PROFILES["t4"].load_in_4bit
@@ -28,8 +29,11 @@ def test_gpu_tiers_use_lora_and_unsloth_and_cpu_tiny_trains_all_weights():
 
 
 def test_the_tiny_model_loads_with_plain_transformers(small_model_dir):
-    loaded = load_model("cpu-tiny", model_name=small_model_dir)
+    loaded = load_model("cpu-tiny", model_name=small_model_dir, add_lora=False)
     assert type(loaded.model).__name__ == "LlamaForCausalLM"
+    with_adapters = load_model("cpu-tiny", model_name=small_model_dir).model
+    trainable = {name for name, p in with_adapters.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in name for name in trainable), "cpu-tiny trains its LoRA adapters only"
     assert loaded.tokenizer.padding_side == "left"
     assert loaded.tokenizer.tokenize(" 50") == ["Ġ50"], "the trained tokenizer, not a digit-splitting one"
 
@@ -73,6 +77,13 @@ loss.backward()
 grad = sum(float(p.grad.abs().sum()) for p in trainable if p.grad is not None)
 model.eval()
 out = model.generate(**batch, max_new_tokens=5, do_sample=False)
+from agentic_rl_lab.grpo.loss import token_logprobs
+from agentic_rl_lab.grpo.trainer import assistant_token_logprobs
+ids = batch["input_ids"]
+mask = torch.ones(ids.shape[0], ids.shape[1] - 1)
+with torch.no_grad():  # the trainer's LM head on assistant tokens only, through Unsloth's patched model
+    full = token_logprobs(model(**batch).logits, ids, 0.7)
+    head_only = assistant_token_logprobs(model, ids, batch["attention_mask"], mask, 0.7)
 from agentic_rl_lab.envs import GuessNumber
 from agentic_rl_lab.policies import HFPolicy
 from agentic_rl_lab.rollout import collect_group
@@ -92,6 +103,7 @@ print("RESULT " + json.dumps({
     "loss": float(loss),
     "grad": grad,
     "new_tokens": out.shape[1] - batch["input_ids"].shape[1],
+    "head_only_difference": float((full - head_only).abs().max()),
     "tokens_50": tokenizer.tokenize(" 50"),
 }))
 """
@@ -113,5 +125,6 @@ def test_unsloth_loads_lora_trains_and_samples_the_tiny_model_on_cpu(small_model
     assert 0 < report["trainable"] < report["total"] / 5
     assert report["loss"] > 0 and report["grad"] > 0, "the LoRA adapters receive gradients"
     assert report["new_tokens"] >= 1
+    assert report["head_only_difference"] < 1e-4, "the trainer's assistant-only log-probs match the full pass"
     assert report["tokens_50"] == ["Ġ50"]
     assert report["policy_turns"] > 2 and report["cache_changes_nothing"] and report["cached_tokens"] > 0

