@@ -2,6 +2,8 @@
 
     python benchmarks/grpo_learning.py                 # writes benchmarks/results/grpo_learning.json
     python benchmarks/grpo_learning.py --steps 20      # a shorter try (the file says how many steps ran)
+    python benchmarks/grpo_learning.py --noise 0 --seed 1 --out /tmp/seed1.json
+                                                       # another training seed: the same start and held-out seeds
     python benchmarks/grpo_learning.py --training full --noise 0
                                                        # all weights instead: writes results/grpo_learning_full.json
 
@@ -172,12 +174,14 @@ def main() -> dict:
     parser.add_argument("--eval-seeds", type=int, default=EVAL_SEEDS, help="held-out seeds for each evaluation")
     parser.add_argument("--training", choices=["lora", "full"], default="lora", help="LoRA adapters, or all weights")
     parser.add_argument("--learning-rate", type=float, default=None, help=f"default: {LEARNING_RATES}")
+    seed_help = "training seed: scenarios, sampling and judge noise (the held-out evaluation stays the same)"
+    parser.add_argument("--seed", type=int, default=CONFIG.seed, help=seed_help)
     out_help = "default: results/grpo_learning.json (_full.json with --training full)"
     parser.add_argument("--out", default=None, help=out_help)
     args = parser.parse_args()
     torch.set_num_threads(2)
     learning_rate = args.learning_rate or LEARNING_RATES[args.training]
-    config = dataclasses.replace(CONFIG, steps=args.steps, learning_rate=learning_rate)
+    config = dataclasses.replace(CONFIG, steps=args.steps, learning_rate=learning_rate, seed=args.seed)
 
     name = "grpo_learning.json" if args.training == "lora" else "grpo_learning_full.json"
     out = Path(args.out or Path(__file__).parent / "results" / name)

@@ -100,6 +100,27 @@ def test_the_assistant_only_logprobs_equal_the_full_forward_pass_under_the_mask(
     assert all(p.grad is not None for n, p in peft_model.named_parameters() if "lora_" in n)
 
 
+def test_a_model_that_caps_its_logits_takes_the_full_forward_pass():
+    """Gemma 2 squashes its logits after the LM head: the assistant-only shortcut would give other numbers."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Gemma2Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, final_logit_softcapping=0.5,
+    )  # fmt: skip
+    model = Gemma2ForCausalLM(config).eval()
+    ids = torch.randint(0, 64, (2, 10))
+    attention, mask = torch.ones_like(ids), torch.ones(2, 9)
+    mask[:, :3] = 0
+    with torch.no_grad():
+        full = token_logprobs(model(input_ids=ids, attention_mask=attention).logits, ids, 0.7) * mask
+        hidden = model.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
+        uncapped = token_logprobs(model.get_output_embeddings()(hidden), ids, 0.7) * mask
+        assert not torch.allclose(full, uncapped, atol=1e-3), "the cap matters for this model"
+        assert torch.allclose(assistant_token_logprobs(model, ids, attention, mask, 0.7), full, atol=1e-6)
+
+
 def test_a_trajectory_without_token_ids_is_not_trainable():
     trajectory = Trajectory(env="guess_number", seed=0, messages=[{"role": "user", "content": "hi"}])
     with pytest.raises(NotTrainable, match="judged and viewed"):
