@@ -162,7 +162,10 @@ def train(args: argparse.Namespace) -> None:
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}
     given = {k: v for k, v in vars(args).items() if k in fields and v is not None}
     tier_defaults = {**loaded.profile.sampling, "learning_rate": loaded.profile.learning_rate}
-    config = GRPOConfig(**{**tier_defaults, **given})  # the tier's sampling and learning rate, unless a flag says
+    try:
+        config = GRPOConfig(**{**tier_defaults, **given})  # the tier's sampling and learning rate, unless a flag says
+    except ValueError as error:
+        raise SystemExit(f"train: {error}") from None
     run_dir = Path(args.run_dir or f"runs/{args.env}-{args.tier}-{args.judge}")
     env = make(args.env)
     trainer = GRPOTrainer(

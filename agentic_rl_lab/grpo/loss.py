@@ -110,7 +110,7 @@ def grpo_loss(
         entropy: (B, T) per-token entropy of the policy (`token_entropy`), only reported.
     """
     _check_inputs(logprobs, old_logprobs, advantages, mask, ref_logprobs, entropy, beta)
-    _check_options(loss_type, importance_sampling_level, epsilon, epsilon_high, max_completion_length)
+    check_loss_options(loss_type, importance_sampling_level, epsilon, epsilon_high, max_completion_length)
     eps_low, eps_high = epsilon, epsilon if epsilon_high is None else epsilon_high
     mask = mask.to(logprobs.dtype)
     advantages = (advantages[:, None] if advantages.dim() == 1 else advantages).expand_as(logprobs).detach()
@@ -242,13 +242,14 @@ def _check_inputs(
         raise ValueError(f"beta={beta} needs ref_logprobs (the reference policy's log-probs); or set beta=0")
 
 
-def _check_options(
+def check_loss_options(
     loss_type: str,
     importance_sampling_level: str,
     epsilon: float,
     epsilon_high: float | None,
     max_completion_length: int | None,
 ) -> None:
+    """Raise ValueError on a loss setting `grpo_loss` cannot use (the trainer checks its config with it too)."""
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"unknown loss_type {loss_type!r}; choose one of {LOSS_TYPES}")
     if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:

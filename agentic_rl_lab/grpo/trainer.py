@@ -35,8 +35,8 @@ import torch
 from tqdm.auto import tqdm
 
 from agentic_rl_lab.envs import Environment
-from agentic_rl_lab.grpo.advantages import compute_advantages
-from agentic_rl_lab.grpo.loss import grpo_loss, token_logprobs
+from agentic_rl_lab.grpo.advantages import CREDIT_ASSIGNMENTS, SCALE_REWARDS, compute_advantages
+from agentic_rl_lab.grpo.loss import check_loss_options, grpo_loss, token_logprobs
 from agentic_rl_lab.grpo.tensors import NotTrainable, TrainingSequence, collate, trajectory_to_sequence
 from agentic_rl_lab.policies.hf import HFPolicy
 from agentic_rl_lab.rollout import collect_groups
@@ -60,8 +60,9 @@ class GRPOConfig:
     max_grad_norm: float = 1.0
     per_device_train_batch_size: int = 16
     """Sequences per forward/backward pass."""
-    gradient_accumulation_steps: int = 4
-    """Micro-batches per optimizer step; the rest of the step's batch gives further optimizer steps."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches per optimizer step; the rest of the step's batch gives further optimizer steps (1, TRL's
+    default: a step of 8 groups of 8 makes 4 optimizer steps, the setting the learning benchmark measured)."""
     num_iterations: int = 1
     """Passes over each step's batch (μ). Above 1, later passes train on off-policy data and clipping matters."""
     loss_type: Literal["grpo", "dr_grpo", "dapo", "cispo"] = "dapo"
@@ -82,6 +83,42 @@ class GRPOConfig:
     save_every: int = 5
     keep_checkpoints: int = 2
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        """Refuse a setting that cannot train now, before rollouts spend minutes on it."""
+        check_loss_options(self.loss_type, self.importance_sampling_level, self.epsilon, self.epsilon_high, None)
+        for name, choices in (("scale_rewards", SCALE_REWARDS), ("credit_assignment", CREDIT_ASSIGNMENTS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of {choices}")
+        at_least = {
+            "steps": 0,
+            "num_generations": 1,
+            "eval_every": 0,
+            "groups_per_step": 1,
+            "per_device_train_batch_size": 1,
+            "gradient_accumulation_steps": 1,
+            "num_iterations": 1,
+            "max_new_tokens": 1,
+            "eval_episodes": 1,
+            "save_every": 1,
+            "keep_checkpoints": 1,
+        }
+        for name, low in at_least.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if self.num_generations < 2:
+            raise ValueError(
+                f"num_generations must be at least 2, got {self.num_generations}: GRPO learns from the differences "
+                "between the trajectories of a group"
+            )
+        for name in ("learning_rate", "max_grad_norm", "temperature"):
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"{name} must be positive and finite, got {getattr(self, name)!r}")
+        if not 0 <= self.beta < math.inf:
+            raise ValueError(f"beta must be >= 0 and finite, got {self.beta!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
 
 
 @dataclass
@@ -215,7 +252,7 @@ class GRPOTrainer:
             micro_batches = [examples[i : i + size] for i in range(0, len(examples), size)]
             for first in range(0, len(micro_batches), config.gradient_accumulation_steps):
                 chunk = micro_batches[first : first + config.gradient_accumulation_steps]
-                ok = self._optimizer_step(chunk, sum(len(b) for b in chunk), totals)
+                ok = self._optimizer_step(chunk, totals)
                 optimizer_steps += ok
                 skipped += not ok
         stats.update(
@@ -224,24 +261,12 @@ class GRPOTrainer:
         stats.update({"optimizer_steps": optimizer_steps, "skipped_nonfinite": skipped})
         return stats
 
-    def _optimizer_step(
-        self, chunk: list[list[tuple[TrainingSequence, list[float]]]], total: int, totals: dict
-    ) -> bool:
+    def _optimizer_step(self, chunk: list[list[tuple[TrainingSequence, list[float]]]], totals: dict) -> bool:
         """Accumulate gradients over the micro-batches in `chunk`, then step; skip the step if anything is NaN/inf."""
         self.optimizer.zero_grad(set_to_none=True)
-        pad_id = self.tokenizer.pad_token_id
-        for micro in chunk:
-            batch = collate([s for s, _ in micro], [a for _, a in micro], pad_id)
-            loss, stats = self._loss(batch)
-            if not torch.isfinite(loss):
-                self.optimizer.zero_grad(set_to_none=True)
-                return False
-            (loss * len(micro) / total).backward()  # each sequence weighs the same across micro-batches
-            for name, value in dataclasses.asdict(stats).items():
-                if value is not None:
-                    totals[name] = totals.get(name, 0.0) + float(value)
-            totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
-            totals["_count"] = totals.get("_count", 0) + 1
+        if not self._accumulate_gradients(chunk, totals):
+            self.optimizer.zero_grad(set_to_none=True)
+            return False
         parameters = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.config.max_grad_norm)
         if not torch.isfinite(grad_norm):
@@ -249,6 +274,29 @@ class GRPOTrainer:
             return False
         totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(grad_norm) * len(chunk)
         self.optimizer.step()
+        return True
+
+    def _accumulate_gradients(self, chunk: list[list[tuple[TrainingSequence, list[float]]]], totals: dict) -> bool:
+        """Backpropagate every micro-batch's loss weighted by its share of the chunk, so the summed gradient is the
+        one of the whole chunk as a single batch. The share is of sequences for `grpo` and `dr_grpo`, which average
+        over sequences, and of assistant tokens for `dapo` and `cispo`, which average over tokens. False as soon as
+        a loss is not finite."""
+        pad_id = self.tokenizer.pad_token_id
+        batches = [collate([s for s, _ in micro], [a for _, a in micro], pad_id) for micro in chunk]
+        if self.config.loss_type in ("dapo", "cispo"):
+            sizes = [float(batch.assistant_mask[:, 1:].sum()) for batch in batches]
+        else:
+            sizes = [float(len(batch.input_ids)) for batch in batches]
+        for batch, size in zip(batches, sizes):
+            loss, stats = self._loss(batch)
+            if not torch.isfinite(loss):
+                return False
+            (loss * size / max(sum(sizes), 1.0)).backward()
+            for name, value in dataclasses.asdict(stats).items():
+                if value is not None:
+                    totals[name] = totals.get(name, 0.0) + float(value)
+            totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
+            totals["_count"] = totals.get("_count", 0) + 1
         return True
 
     def _loss(self, batch: Any) -> tuple[torch.Tensor, Any]:
@@ -273,6 +321,7 @@ class GRPOTrainer:
             beta=config.beta,
             ref_logprobs=ref_logprobs,
             importance_sampling_level=config.importance_sampling_level,
+            max_completion_length=self.env.max_turns * config.max_new_tokens,  # dr_grpo's constant, fixed for a run
         )
 
     @contextlib.contextmanager

@@ -127,6 +127,37 @@ def test_a_trajectory_without_token_ids_is_not_trainable():
         trajectory_to_sequence(trajectory, None)
 
 
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"num_generations": 1}, "num_generations must be at least 2"),
+        ({"loss_type": "ppo"}, "unknown loss_type"),
+        ({"scale_rewards": "batchwise"}, "unknown scale_rewards"),
+        ({"credit_assignment": "token"}, "unknown credit_assignment"),
+        ({"per_device_train_batch_size": 0}, "per_device_train_batch_size must be an integer >= 1"),
+        ({"gradient_accumulation_steps": 2.5}, "gradient_accumulation_steps must be an integer"),
+        ({"learning_rate": float("nan")}, "learning_rate must be positive"),
+        ({"temperature": 0.0}, "temperature must be positive"),
+        ({"beta": -0.1}, "beta must be >= 0"),
+        ({"epsilon": -0.2}, "epsilon and epsilon_high must be >= 0"),
+        ({"importance_sampling_level": "sequence", "loss_type": "cispo"}, "does not combine"),
+        ({"top_p": 0.0}, "top_p must be in"),
+    ],
+)
+def test_a_config_that_cannot_train_is_refused_before_any_rollout(setting, message):
+    with pytest.raises(ValueError, match=message):
+        GRPOConfig(**setting)
+
+
+def test_the_train_command_reports_a_bad_setting_in_one_line(tmp_path):
+    from agentic_rl_lab.__main__ import main
+
+    run_dir = tmp_path / "run"
+    with pytest.raises(SystemExit, match="^train: num_generations must be at least 2"):
+        main(["train", "--num-generations", "1", "--run-dir", str(run_dir)])
+    assert not run_dir.exists()
+
+
 def small_config(**overrides):
     base = dict(
         steps=2,
@@ -198,6 +229,29 @@ class Spread(ReferenceJudge):
             for member, trajectory in enumerate(group.trajectories):
                 trajectory.reward = member / len(group.trajectories)
         return list(groups)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "cispo"])
+def test_accumulated_micro_batches_give_the_gradient_of_one_big_batch(model_and_tokenizer, tmp_path, loss_type):
+    """Split unevenly (1 sequence, then 3 of other lengths), the micro-batches differ in both sequence and token
+    counts, so weighting them by the wrong share (sequences for dapo, tokens for grpo) would show."""
+    model, tokenizer = model_and_tokenizer
+    group = sampled_group(model, tokenizer, n=4)
+    examples = [(trajectory_to_sequence(t, tokenizer), [a]) for t, a in zip(group.trajectories, [1.0, -0.5, 0.3, -0.8])]
+    tokens = [sum(s.assistant_mask) for s, _ in examples]
+    assert tokens[0] * 3 != sum(tokens[1:]), "the token share must differ from the sequence share"
+    config = small_config(loss_type=loss_type, beta=0.04)
+    trainer = GRPOTrainer(config, model, tokenizer, GuessNumber(), Spread(), tmp_path, progress=False)
+
+    def gradient(chunk):
+        model.zero_grad(set_to_none=True)
+        assert trainer._accumulate_gradients(chunk, {})
+        return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+    one_batch = gradient([examples])
+    accumulated = gradient([examples[:1], examples[1:]])
+    assert one_batch.abs().max() > 1e-4
+    assert torch.allclose(accumulated, one_batch, rtol=1e-4, atol=1e-7)
 
 
 def test_a_non_finite_loss_is_skipped_and_reported_never_applied(model_and_tokenizer, tmp_path):
