@@ -315,5 +315,6 @@ def test_an_overlong_history_is_a_recorded_failure_not_a_crash(model_dir):
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model.config.max_position_embeddings = 200  # a guess_number prompt is ~90 tokens, each turn ~25 more
     policy = HFPolicy(model, tokenizer, seed=0, max_new_tokens=24)
-    group = collect_group(GuessNumber(), policy, seed=0, num_generations=2, max_exceptions=2, progress=False)
+    with pytest.warns(UserWarning, match="retrying one history at a time"):
+        group = collect_group(GuessNumber(), policy, seed=0, num_generations=2, max_exceptions=2, progress=False)
     assert len(group.exceptions) == 2 and "exceeds the model's context" in group.exceptions[0].message
