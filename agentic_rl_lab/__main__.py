@@ -155,7 +155,7 @@ def train(args: argparse.Namespace) -> None:
     from agentic_rl_lab.envs.guess_number import optimal_mean_guesses
     from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer
     from agentic_rl_lab.models import load_model
-    from agentic_rl_lab.plots import plot_training
+    from agentic_rl_lab.plots import plot_dashboard
 
     torch.manual_seed(args.seed)
     loaded = load_model(args.tier, model_name=args.model_dir)
@@ -174,7 +174,7 @@ def train(args: argparse.Namespace) -> None:
     print(f"training {args.env} on tier {args.tier} with the {args.judge} judge; run folder: {run_dir}")
     metrics = trainer.train()
     optimum = optimal_mean_guesses(env.low, env.high) if args.env == "guess_number" else None
-    plot_training(metrics, optimum, run_dir / "training.png")
+    plot_dashboard(metrics, optimum, path=run_dir / "training.png")
     evals = metrics.dropna(subset=["eval_success"]) if "eval_success" in metrics else metrics.iloc[0:0]
     if len(evals) >= 2:
         first, last = evals.iloc[0], evals.iloc[-1]

@@ -7,43 +7,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
-
-
-def plot_training(metrics: pd.DataFrame, optimum: float | None = None, path: str | Path | None = None) -> Figure:
-    """Reward (mean ± std) per step, and held-out success and turns per evaluation, with the optimum if known."""
-    train = metrics[~metrics.get("eval_only", pd.Series(False, index=metrics.index)).astype(bool)]
-    evals = metrics.dropna(subset=["eval_success"]) if "eval_success" in metrics else metrics.iloc[0:0]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6))
-    if not train.empty:
-        steps = train["step"] + 1
-        left.plot(steps, train["reward_mean"], label="reward (judge), mean")
-        left.fill_between(
-            steps,
-            train["reward_mean"] - train["reward_std"],
-            train["reward_mean"] + train["reward_std"],
-            alpha=0.2,
-            label="± std across trajectories",
-        )
-    left.set(xlabel="step", ylabel="reward", title="Training reward")
-    left.legend(loc="lower right")
-    if not evals.empty:
-        eval_steps = evals["step"] + (~evals["eval_only"].astype(bool)).astype(int)
-        right.plot(eval_steps, evals["eval_mean_turns"], "o-", color="C1", label="mean turns (held out)")
-        if optimum is not None:
-            right.axhline(optimum, color="k", linestyle="--", label=f"optimum {optimum:.2f}")
-        twin = right.twinx()
-        twin.plot(eval_steps, evals["eval_success"], "s:", color="C2", label="success (held out)")
-        twin.set(ylim=(0, 1.05), ylabel="success")
-        twin.legend(loc="upper right")
-    right.set(xlabel="step", ylabel="turns", title="Held-out evaluation (ground truth)")
-    right.legend(loc="lower left")
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=110)
-    return fig
 
 
 def plot_dashboard(
@@ -90,14 +55,16 @@ def plot_dashboard(
     if not evals.empty:  # an evaluation after step k is drawn at k; the one before training at 0
         eval_steps = evals["step"] + (~eval_only[evals.index]).astype(int)
         held_out.plot(eval_steps, evals["eval_success"], "s-", color="C2", label="held-out success")
-        held_out.set_ylim(0, 1.05)
+        held_out.set(ylim=(0, 1.3), yticks=[0, 0.2, 0.4, 0.6, 0.8, 1.0])  # room above 100% for the legends
         held_out.legend(loc="upper left", fontsize=8)
         if "eval_mean_turns" in evals:
             turns = held_out.twinx()
             turns.plot(eval_steps, evals["eval_mean_turns"], "o:", color="C1", label="held-out mean turns")
             if optimum is not None:
                 turns.axhline(optimum, color="k", linestyle="--", linewidth=1, label=f"optimum {optimum:.2f} turns")
-            turns.set_ylabel("turns")
+            low = min(evals["eval_mean_turns"].min(), optimum if optimum is not None else float("inf"))
+            span = (evals["eval_mean_turns"].max() - low) or 1.0
+            turns.set(ylabel="turns", ylim=(low - 0.1 * span, low + 1.4 * span))  # the top quarter for the legend
             turns.legend(loc="upper right", fontsize=8)
     else:
         held_out.text(0.5, 0.5, "no evaluation yet", ha="center", va="center", transform=held_out.transAxes)
@@ -117,6 +84,8 @@ def plot_dashboard(
     if timing.patches:
         timing.set_ylim(0, 1.3 * float(bottom.max()) or 1.0)  # room for the legend above the bars
         timing.legend(loc="upper center", ncol=3, fontsize=8)
+    else:
+        timing.text(0.5, 0.5, "waiting for data", ha="center", va="center", transform=timing.transAxes, color="grey")
     figure.tight_layout()
     if path is not None:
         figure.savefig(path, dpi=110)

@@ -259,6 +259,9 @@ def test_the_dashboard_redraws_per_row_and_draws_every_panel():
     lines = {line.get_label(): line for ax in dashboard.figure.axes for line in ax.get_lines()}
     success = lines["held-out success"]
     assert list(success.get_xdata()) == [0, 3] and list(success.get_ydata()) == [0.2, 0.6]
+    for name in ("held-out success", "held-out mean turns"):  # the top of the held-out panel is left to the legends
+        low, high = lines[name].axes.get_ylim()
+        assert all((y - low) / (high - low) < 0.8 for y in lines[name].get_ydata())
     timing = next(ax for ax in dashboard.figure.axes if ax.get_title() == "Time per step")
     assert len(timing.patches) == 3 * 3  # rollout, judge and update for each step
     assert dashboard.png().startswith(b"\x89PNG") and "step 3: reward 0.500" in dashboard.status.value
