@@ -72,7 +72,7 @@ CPU_TINY_LEARNING_RATE = 6e-4
 learning benchmark (`benchmarks/grpo_learning.py`). Adapters start at zero and move few weights, so they take a 10x
 larger step than full fine-tuning (6e-5). Measured on guess_number (noise 0, 500 held-out seeds): on the 1,600-step
 build full fine-tuning closed 35% of the gap to the optimum in 50 steps, LoRA 42%, with success up 2 points; on the
-2,000-step build LoRA closed 50-60% on 2 CPU cores (training seeds 0 and 1, 40 and 60 steps) and 52-64% in GPU runs
+2,000-step build LoRA closed 50-60% on 2 CPU cores (training seeds 0-2, 40 and 60 steps) and 52-64% in GPU runs
 (seeds 0-2), success flat or up, while full fine-tuning had lost success on longer runs. LoRA leaves the embeddings
 and norms alone, which is the likely reason (not isolated)."""
 

@@ -80,11 +80,12 @@ No variant beat these settings. Run longer (4 runs at once), the same settings w
 after 40 steps and 6.24, 6.26 and 6.26 after 60 (success 93-94%) for seeds 0, 1 and 2: gap_closed 0.52-0.64.
 
 On 2 cores of an AMD EPYC (11-12 s a step), training seed 0 closed 0.60 of the gap after 40 steps and 0.55 after 60
-(this file); seed 1 closed 0.50 after 40 (6.40 guesses, 90.4% success) and 0.60 after 60 (6.28, 93.0%). From 40 to
-60 steps the figure moves about as much as from seed to seed, and both are within the evaluation's own noise: 500
-seeds measure mean guesses to about ±0.09 (one standard error, estimated from the 8-9% of episodes that fail at 12
-guesses), ±0.08 in gap_closed. The benchmark trains 60 steps, where no run measured fell under 0.5: about 12 minutes
-on that CPU, inside the 20.
+(this file); seed 1 closed 0.50 after 40 (6.40 guesses, 90.4% success) and 0.60 after 60 (6.28, 93.0%); seed 2
+closed 0.52 after 60 (6.36, 91.2%): 0.56 on average over the three seeds at 60 steps. From 40 to 60 steps the figure
+moves about as much as from seed to seed, and both are within the evaluation's own noise: 500 seeds measure mean
+guesses to about ±0.09 (one standard error, estimated from the 8-9% of episodes that fail at 12 guesses), ±0.08 in
+gap_closed. The benchmark trains 60 steps, where no run measured fell under 0.5: about 12 minutes on that CPU,
+inside the 20.
 
 Where the gap is. After training, the episodes that succeed take 5.82-5.88 guesses, binary search's 5.8: GRPO
 removed the repeats, one decision per turn, which every group meets many times. What is left is the 6-7% of episodes
