@@ -154,23 +154,26 @@ def train(args: argparse.Namespace) -> None:
     from agentic_rl_lab.envs import make
     from agentic_rl_lab.envs.guess_number import optimal_mean_guesses
     from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer
-    from agentic_rl_lab.models import load_model
+    from agentic_rl_lab.models import PROFILES, choose_tier, load_model
     from agentic_rl_lab.plots import plot_dashboard
 
     torch.manual_seed(args.seed)
-    loaded = load_model(args.tier, model_name=args.model_dir)
+    profile = PROFILES[choose_tier(args.tier)[0]]
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}
     given = {k: v for k, v in vars(args).items() if k in fields and v is not None}
-    tier_defaults = {**loaded.profile.sampling, "learning_rate": loaded.profile.learning_rate}
-    try:
+    tier_defaults = {**profile.sampling, "learning_rate": profile.learning_rate}
+    try:  # every setting is checked before the model loads, which takes minutes for a Hub model
         config = GRPOConfig(**{**tier_defaults, **given})  # the tier's sampling and learning rate, unless a flag says
+        judge = make_judge(args.judge, args.judge_noise, args.seed)
+        local = args.model_dir and args.model_dir.startswith((".", "/", "~"))  # else a Hub id, like Qwen/Qwen3-0.6B
+        if local and not Path(args.model_dir).expanduser().is_dir():
+            raise ValueError(f"--model-dir {args.model_dir} is not a directory")
     except ValueError as error:
         raise SystemExit(f"train: {error}") from None
+    loaded = load_model(profile, model_name=str(Path(args.model_dir).expanduser()) if local else args.model_dir)
     run_dir = Path(args.run_dir or f"runs/{args.env}-{args.tier}-{args.judge}")
     env = make(args.env)
-    trainer = GRPOTrainer(
-        config, loaded.model, loaded.tokenizer, env, make_judge(args.judge, args.judge_noise, args.seed), run_dir
-    )
+    trainer = GRPOTrainer(config, loaded.model, loaded.tokenizer, env, judge, run_dir)
     print(f"training {args.env} on tier {args.tier} with the {args.judge} judge; run folder: {run_dir}")
     metrics = trainer.train()
     optimum = optimal_mean_guesses(env.low, env.high) if args.env == "guess_number" else None
@@ -190,6 +193,9 @@ def train(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from agentic_rl_lab.envs import ENVIRONMENTS  # light: neither imports torch
+    from agentic_rl_lab.models import TIERS
+
     parser = argparse.ArgumentParser(
         prog="python -m agentic_rl_lab", description="agentic-rl-lab: agentic RL end to end, on a CPU or a GPU."
     )
@@ -209,18 +215,18 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(run=envs)
 
     p = commands.add_parser("play", help="play an environment by hand in the terminal")
-    p.add_argument("env", help="environment name, e.g. guess_number")
+    p.add_argument("env", choices=sorted(ENVIRONMENTS), help="environment name")
     p.add_argument("--seed", type=int, default=0, help="scenario seed")
     p.set_defaults(run=play)
 
     p = commands.add_parser("train", help="GRPO training: rollout -> judge -> update, resumable")
-    p.add_argument("--env", default="guess_number", help="environment name")
-    p.add_argument("--tier", default="cpu-tiny", help="model tier: cpu-tiny, cpu-small, t4, a100 (or auto)")
+    p.add_argument("--env", default="guess_number", choices=sorted(ENVIRONMENTS), help="environment name")
+    p.add_argument("--tier", default="cpu-tiny", choices=[*TIERS, "auto"], help="model tier")
     p.add_argument("--model-dir", default=None, help="load this model directory instead of the tier's model")
     p.add_argument("--judge", default="reference", choices=["reference", "relative", "absolute"], help="reward source")
     p.add_argument("--judge-noise", type=float, default=0.0, help="std of noise on the reference judge's scores")
     p.add_argument("--run-dir", default=None, help="run folder (default: runs/ENV-TIER-JUDGE); reused to resume")
-    p.add_argument("--steps", type=int, default=None, help="training steps")
+    p.add_argument("--steps", type=int, default=None, help="training steps (0: only the held-out evaluation)")
     p.add_argument("--groups-per-step", type=int, default=None, help="scenarios per step")
     p.add_argument("--num-generations", type=int, default=None, help="trajectories per scenario (group size)")
     p.add_argument("--learning-rate", type=float, default=None, help="AdamW learning rate (default: the tier's)")

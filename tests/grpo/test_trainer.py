@@ -149,13 +149,34 @@ def test_a_config_that_cannot_train_is_refused_before_any_rollout(setting, messa
         GRPOConfig(**setting)
 
 
-def test_the_train_command_reports_a_bad_setting_in_one_line(tmp_path):
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--num-generations", "1"], "^train: num_generations must be at least 2"),
+        (["--judge-noise", "-1"], "^train: noise is a standard deviation"),
+        (["--model-dir", "./no-such-model"], "^train: --model-dir ./no-such-model is not a directory"),
+        (["--judge", "relative"], "^train: no judge model given"),
+    ],
+)
+def test_the_train_command_reports_a_bad_setting_in_one_line(tmp_path, monkeypatch, flags, message):
+    """Before the model loads (minutes for a Hub model), and without leaving a run folder behind."""
     from agentic_rl_lab.__main__ import main
 
+    monkeypatch.delenv("AGENTIC_RL_LAB_JUDGE_MODEL", raising=False)
+    monkeypatch.setattr("agentic_rl_lab.models.load_model", lambda *a, **k: pytest.fail("the model was loaded"))
     run_dir = tmp_path / "run"
-    with pytest.raises(SystemExit, match="^train: num_generations must be at least 2"):
-        main(["train", "--num-generations", "1", "--run-dir", str(run_dir)])
+    with pytest.raises(SystemExit, match=message):
+        main(["train", *flags, "--run-dir", str(run_dir)])
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("flags", [["--env", "nope"], ["--tier", "nope"]])
+def test_the_train_command_names_the_choices_for_an_unknown_name(flags, capsys):
+    from agentic_rl_lab.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["train", *flags])
+    assert "invalid choice: 'nope' (choose from" in capsys.readouterr().err
 
 
 def small_config(**overrides):
