@@ -173,7 +173,10 @@ def train(args: argparse.Namespace) -> None:
     loaded = load_model(profile, model_name=str(Path(args.model_dir).expanduser()) if local else args.model_dir)
     run_dir = Path(args.run_dir or f"runs/{args.env}-{args.tier}-{args.judge}")
     env = make(args.env)
-    trainer = GRPOTrainer(config, loaded.model, loaded.tokenizer, env, judge, run_dir)
+    try:
+        trainer = GRPOTrainer(config, loaded.model, loaded.tokenizer, env, judge, run_dir)
+    except ValueError as error:  # e.g. the run folder holds a run with other settings
+        raise SystemExit(f"train: {error}") from None
     print(f"training {args.env} on tier {args.tier} with the {args.judge} judge; run folder: {run_dir}")
     metrics = trainer.train()
     optimum = optimal_mean_guesses(env.low, env.high) if args.env == "guess_number" else None

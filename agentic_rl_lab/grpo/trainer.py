@@ -164,6 +164,7 @@ class GRPOTrainer:
             self.reference_model = copy.deepcopy(model).eval().requires_grad_(False)
         self.step = 0
         self.history: list[dict[str, float]] = []
+        self._check_saved_config()  # refuse now, not after a model load and a first rollout
 
     # ----- the loop ---------------------------------------------------------------------------------------------------
     def train(self) -> pd.DataFrame:
@@ -362,15 +363,21 @@ class GRPOTrainer:
     def _has_eval(self, step: int) -> bool:
         return any(r.get("eval_only") and r["step"] == step for r in self.history)
 
-    def _write_config(self) -> None:
+    def _check_saved_config(self) -> None:
+        """A run folder resumes only the run it holds: every setting but `steps` (which may grow) must match."""
         path = self.run_dir / "config.json"
-        current = dataclasses.asdict(self.config)
         if path.exists():
             saved = json.loads(path.read_text())
+            current = dataclasses.asdict(self.config)
             changed = {k: (saved.get(k), v) for k, v in current.items() if saved.get(k) != v and k != "steps"}
             if changed:
                 raise ValueError(f"{self.run_dir} holds a run with another config {changed}; use a new run_dir")
-        path.write_text(json.dumps(current, indent=2) + "\n")
+
+    def _write_config(self) -> None:
+        self._check_saved_config()  # again: another process may have started a run in this folder since
+        work = self.run_dir / "config.json.tmp"  # then a rename: a crash never leaves half a config
+        work.write_text(json.dumps(dataclasses.asdict(self.config), indent=2) + "\n")
+        os.replace(work, self.run_dir / "config.json")
 
     def save_checkpoint(self) -> Path:
         """Weights, optimizer, RNG states, step and config, written to a temporary folder then renamed."""

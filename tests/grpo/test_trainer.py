@@ -170,6 +170,15 @@ def test_the_train_command_reports_a_bad_setting_in_one_line(tmp_path, monkeypat
     assert not run_dir.exists()
 
 
+def test_the_train_command_refuses_to_resume_a_run_with_other_settings(tmp_path):
+    from agentic_rl_lab.__main__ import main
+
+    common = ["train", "--run-dir", str(tmp_path), "--steps", "0", "--eval-episodes", "2"]
+    main(common)
+    with pytest.raises(SystemExit, match=r"^train: .* holds a run with another config .*'loss_type'"):
+        main([*common, "--loss-type", "grpo"])
+
+
 @pytest.mark.parametrize("flags", [["--env", "nope"], ["--tier", "nope"]])
 def test_the_train_command_names_the_choices_for_an_unknown_name(flags, capsys):
     from agentic_rl_lab.__main__ import main
