@@ -162,15 +162,12 @@ def train(args: argparse.Namespace) -> None:
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}
     given = {k: v for k, v in vars(args).items() if k in fields and v is not None}
     tier_defaults = {**profile.sampling, "learning_rate": profile.learning_rate}
-    try:  # every setting is checked before the model loads, which takes minutes for a Hub model
+    try:  # a bad setting ends here in one line, before the model loads (minutes for a Hub model)
         config = GRPOConfig(**{**tier_defaults, **given})  # the tier's sampling and learning rate, unless a flag says
         judge = make_judge(args.judge, args.judge_noise, args.seed)
-        local = args.model_dir and args.model_dir.startswith((".", "/", "~"))  # else a Hub id, like Qwen/Qwen3-0.6B
-        if local and not Path(args.model_dir).expanduser().is_dir():
-            raise ValueError(f"--model-dir {args.model_dir} is not a directory")
-    except ValueError as error:
+        loaded = load_model(profile, model_name=args.model_dir)  # a missing --model-dir fails before any loading
+    except (ValueError, FileNotFoundError) as error:
         raise SystemExit(f"train: {error}") from None
-    loaded = load_model(profile, model_name=str(Path(args.model_dir).expanduser()) if local else args.model_dir)
     run_dir = Path(args.run_dir or f"runs/{args.env}-{args.tier}-{args.judge}")
     env = make(args.env)
     try:

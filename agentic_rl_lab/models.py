@@ -161,7 +161,7 @@ def load_model(
     """
     profile = PROFILES[choose_tier(tier)[0]] if isinstance(tier, str) else tier
     if model_name is not None:
-        profile = dataclasses.replace(profile, model_name=str(model_name))
+        profile = dataclasses.replace(profile, model_name=_hub_id_or_directory(model_name))
     if fast_inference and profile.loader != "unsloth":
         raise ValueError(f"fast_inference is Unsloth's vLLM engine; tier {profile.name} loads with transformers")
     if profile.model_name == "tiny":
@@ -171,6 +171,17 @@ def load_model(
     if profile.loader == "unsloth":
         return _load_with_unsloth(profile, fast_inference, add_lora)
     return _load_with_transformers(profile, add_lora)
+
+
+def _hub_id_or_directory(name: str | Path) -> str:
+    """A path (a `Path`, or text starting with `.`, `/` or `~`) must be a directory: otherwise transformers would
+    take it for a Hub id and fail with a message about repo names."""
+    if isinstance(name, Path) or str(name).startswith((".", "/", "~")):
+        path = Path(name).expanduser()
+        if not path.is_dir():
+            raise FileNotFoundError(f"no model directory at {name} (a Hub id looks like Qwen/Qwen2.5-0.5B-Instruct)")
+        return str(path)
+    return str(name)
 
 
 def _load_with_transformers(profile: TierProfile, add_lora: bool) -> LoadedModel:

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +37,12 @@ def test_the_tiny_model_loads_with_plain_transformers(small_model_dir):
     assert trainable and all("lora_" in name for name in trainable), "cpu-tiny trains its LoRA adapters only"
     assert loaded.tokenizer.padding_side == "left"
     assert loaded.tokenizer.tokenize(" 50") == ["Ġ50"], "the trained tokenizer, not a digit-splitting one"
+
+
+@pytest.mark.parametrize("missing", ["./no-such-model", "~/no-such-model", Path("no-such-model")])
+def test_a_model_directory_that_does_not_exist_is_named_not_taken_for_a_hub_id(missing):
+    with pytest.raises(FileNotFoundError, match="no model directory at .*no-such-model"):
+        load_model("cpu-tiny", model_name=missing)
 
 
 def test_lora_adapters_are_added_by_peft_on_a_transformers_tier(small_model_dir):

@@ -32,8 +32,8 @@ multi-turn agents, max turns × max new tokens per turn. Keep it fixed for a run
 change with how much a batch is padded. None means T.
 
 Gradient accumulation. Each call normalises over its own micro-batch. To match one big batch, weight each
-micro-batch's loss by its share of the batch: of its sequences for grpo and dr_grpo, of its tokens
-(`LossStats.num_tokens`) for dapo and cispo.
+micro-batch's loss by its share of the batch: of its sequences for grpo and dr_grpo, of its tokens for dapo and
+cispo (`items_in_batch`).
 
 Inputs are not cleaned: a NaN anywhere, even under mask 0, makes the loss NaN, so the trainer's guard sees
 it and skips the step instead of training on garbage.
@@ -151,6 +151,13 @@ def grpo_loss(
 
     stats = _loss_stats(ratio, log_ratio, advantages, mask, per_token_kl, entropy, loss_type, eps_low, eps_high)
     return loss, stats
+
+
+def items_in_batch(loss_type: str, mask: Tensor) -> int:
+    """What step 5 averages over: sequences for grpo and dr_grpo, assistant tokens for dapo and cispo. Weight each
+    micro-batch's loss by its share of these to accumulate the gradient of one big batch (TRL's
+    `num_items_in_batch`)."""
+    return int(mask.sum()) if loss_type in ("dapo", "cispo") else mask.shape[0]
 
 
 @torch.no_grad()

@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from agentic_rl_lab.envs import Environment
 from agentic_rl_lab.grpo.advantages import CREDIT_ASSIGNMENTS, SCALE_REWARDS, compute_advantages
-from agentic_rl_lab.grpo.loss import check_loss_options, grpo_loss, token_logprobs
+from agentic_rl_lab.grpo.loss import check_loss_options, grpo_loss, items_in_batch, token_logprobs
 from agentic_rl_lab.grpo.tensors import NotTrainable, TrainingSequence, collate, trajectory_to_sequence
 from agentic_rl_lab.policies.hf import HFPolicy
 from agentic_rl_lab.rollout import collect_groups
@@ -92,7 +92,7 @@ class GRPOConfig:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of {choices}")
         at_least = {
             "steps": 0,
-            "num_generations": 1,
+            "num_generations": 2,  # GRPO learns from the differences between the trajectories of a group
             "eval_every": 0,
             "groups_per_step": 1,
             "per_device_train_batch_size": 1,
@@ -107,11 +107,6 @@ class GRPOConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        if self.num_generations < 2:
-            raise ValueError(
-                f"num_generations must be at least 2, got {self.num_generations}: GRPO learns from the differences "
-                "between the trajectories of a group"
-            )
         for name in ("learning_rate", "max_grad_norm", "temperature"):
             if not 0 < getattr(self, name) < math.inf:
                 raise ValueError(f"{name} must be positive and finite, got {getattr(self, name)!r}")
@@ -278,21 +273,18 @@ class GRPOTrainer:
         return True
 
     def _accumulate_gradients(self, chunk: list[list[tuple[TrainingSequence, list[float]]]], totals: dict) -> bool:
-        """Backpropagate every micro-batch's loss weighted by its share of the chunk, so the summed gradient is the
-        one of the whole chunk as a single batch. The share is of sequences for `grpo` and `dr_grpo`, which average
-        over sequences, and of assistant tokens for `dapo` and `cispo`, which average over tokens. False as soon as
-        a loss is not finite."""
+        """Backpropagate every micro-batch's loss weighted by its share of the chunk (of sequences or of tokens, as
+        the loss type averages: `items_in_batch`), so the summed gradient is the one of the whole chunk as a single
+        batch. False as soon as a loss is not finite."""
         pad_id = self.tokenizer.pad_token_id
         batches = [collate([s for s, _ in micro], [a for _, a in micro], pad_id) for micro in chunk]
-        if self.config.loss_type in ("dapo", "cispo"):
-            sizes = [float(batch.assistant_mask[:, 1:].sum()) for batch in batches]
-        else:
-            sizes = [float(len(batch.input_ids)) for batch in batches]
+        sizes = [items_in_batch(self.config.loss_type, batch.assistant_mask[:, 1:]) for batch in batches]
+        total = max(sum(sizes), 1)
         for batch, size in zip(batches, sizes):
             loss, stats = self._loss(batch)
             if not torch.isfinite(loss):
                 return False
-            (loss * size / max(sum(sizes), 1.0)).backward()
+            (loss * size / total).backward()
             for name, value in dataclasses.asdict(stats).items():
                 if value is not None:
                     totals[name] = totals.get(name, 0.0) + float(value)

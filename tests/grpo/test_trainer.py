@@ -130,7 +130,7 @@ def test_a_trajectory_without_token_ids_is_not_trainable():
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ({"num_generations": 1}, "num_generations must be at least 2"),
+        ({"num_generations": 1}, "num_generations must be an integer >= 2"),
         ({"loss_type": "ppo"}, "unknown loss_type"),
         ({"scale_rewards": "batchwise"}, "unknown scale_rewards"),
         ({"credit_assignment": "token"}, "unknown credit_assignment"),
@@ -152,9 +152,9 @@ def test_a_config_that_cannot_train_is_refused_before_any_rollout(setting, messa
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--num-generations", "1"], "^train: num_generations must be at least 2"),
+        (["--num-generations", "1"], "^train: num_generations must be an integer >= 2"),
         (["--judge-noise", "-1"], "^train: noise is a standard deviation"),
-        (["--model-dir", "./no-such-model"], "^train: --model-dir ./no-such-model is not a directory"),
+        (["--model-dir", "./no-such-model"], "^train: no model directory at ./no-such-model"),
         (["--judge", "relative"], "^train: no judge model given"),
     ],
 )
@@ -163,7 +163,8 @@ def test_the_train_command_reports_a_bad_setting_in_one_line(tmp_path, monkeypat
     from agentic_rl_lab.__main__ import main
 
     monkeypatch.delenv("AGENTIC_RL_LAB_JUDGE_MODEL", raising=False)
-    monkeypatch.setattr("agentic_rl_lab.models.load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    for loader in ("_load_with_transformers", "_load_with_unsloth"):
+        monkeypatch.setattr(f"agentic_rl_lab.models.{loader}", lambda *a, **k: pytest.fail("the model was loaded"))
     run_dir = tmp_path / "run"
     with pytest.raises(SystemExit, match=message):
         main(["train", *flags, "--run-dir", str(run_dir)])
