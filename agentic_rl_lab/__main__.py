@@ -193,7 +193,7 @@ def train(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from agentic_rl_lab.envs import ENVIRONMENTS  # light: neither imports torch
+    from agentic_rl_lab.envs import ENVIRONMENTS, inbox_data  # light: neither imports torch
     from agentic_rl_lab.models import TIERS
 
     parser = argparse.ArgumentParser(
@@ -242,8 +242,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for agentic_rl_lab.tiny (see --help)")
     p.set_defaults(run=build_tiny)
 
-    p = commands.add_parser("make-inbox", help="regenerate the inbox_search emails and questions in data/inbox/")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "data" / "inbox"), help="output folder")
+    p = commands.add_parser("make-inbox", help="regenerate the inbox_search emails and questions (package data)")
+    p.add_argument("--out", default=str(inbox_data.DEFAULT_DATA_DIR), help="output folder")
     p.set_defaults(run=make_inbox)
 
     # `build-tiny` hands its options on to agentic_rl_lab.tiny; argparse's REMAINDER misses leading `--options`.

@@ -24,12 +24,17 @@ what the environments read.
 A model's text can be anything, so parsing never raises. A call that cannot be read stays in the message's
 `content` verbatim (the next prompt shows the model exactly what it wrote), and the environment, finding no
 valid tool call, answers with an error observation. The parse errors come back as a list, to count as a metric.
+
+The last part turns a conversation into **tokens**, token in / token out: the turns a model sampled keep their exact
+sampled ids, and only the context between them (system, user and tool messages, turn headers) is tokenized. The
+policy builds its prompts this way and the trainer its training sequences, so both see the same tokens.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentic_rl_lab.envs.base import Message
@@ -193,6 +198,108 @@ def _read_call(body: str, call_id: str) -> tuple[dict[str, Any] | None, str]:
     function = {"name": value["name"], "arguments": arguments_json}
     problem = "" if isinstance(arguments, dict) else f"the arguments of {value['name']} are not a JSON object"
     return {"id": call_id, "type": "function", "function": function}, problem
+
+
+# ----- from a conversation to tokens, token in / token out -------------------------------------------------------
+@dataclass
+class ChatTokens:
+    """A conversation as the tokens a model reads, with the turns it sampled spliced in. All lists have one entry
+    per token."""
+
+    input_ids: list[int] = field(default_factory=list)
+    assistant_mask: list[int] = field(default_factory=list)
+    """1 where the policy sampled the token (the trainer takes its loss there), 0 on context."""
+    sampled_logprobs: list[float] = field(default_factory=list)
+    """The sampler's log-probability of each sampled token; 0.0 on context (never used there)."""
+    turn: list[int] = field(default_factory=list)
+    """Which assistant turn each token belongs to (0, 1, ...), -1 on context: per-turn credit uses it."""
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def append(self, ids: list[int], turn: int = -1, logprobs: list[float] | None = None) -> None:
+        """Add context (`turn=-1`) or a sampled turn's ids with their logprobs."""
+        sampled = turn >= 0
+        self.input_ids += ids
+        self.assistant_mask += [int(sampled)] * len(ids)
+        self.sampled_logprobs += list(logprobs) if sampled and logprobs else [0.0] * len(ids)
+        self.turn += [turn] * len(ids)
+
+
+def splice_sampled_tokens(
+    tokenizer: Any,
+    messages: list[Message],
+    tools: list[dict[str, Any]] | None,
+    sampled: dict[int, tuple[list[int], list[float] | None]],
+    add_generation_prompt: bool = False,
+) -> ChatTokens:
+    """The conversation as tokens, with the assistant messages in `sampled` (message index -> (ids, logprobs))
+    given by their sampled ids and everything else tokenized from the tokenizer's chat template.
+
+    Without `add_generation_prompt` it stops after the last sampled message (a training sequence); with it, it
+    continues to the end of `messages` and the `<|im_start|>assistant` header (a prompt).
+
+    Why not render the whole chat and tokenize it? The text the model sampled and the text the template renders
+    from the *parsed* message can tokenize differently (other JSON spacing, another BPE split), and training on
+    tokens the model never produced drifts off-policy (verl and verifiers report this breaking multi-turn
+    training). With ChatML every turn boundary is a special token, so tokenizing the pieces gives the ids of the
+    whole; `tests/grpo/test_trainer.py` and `tests/policies/test_hf.py` check it against the prompts the policy saw.
+    """
+    tokens = ChatTokens()
+    rendered_until = 0  # characters of the rendered conversation already turned into tokens
+    for turn, k in enumerate(sorted(sampled)):
+        token_ids, logprobs = sampled[k]
+        if messages[k].get("role") != "assistant":
+            raise ValueError(f"sampled tokens point at message {k}, which is not an assistant message")
+        # The context the policy read before this turn, minus what is already in the sequence.
+        prompt = apply_template(tokenizer, messages[:k], tools, add_generation_prompt=True)
+        tokens.append(tokenizer.encode(prompt[rendered_until:], add_special_tokens=False))
+        tokens.append(list(token_ids), turn, logprobs)
+        rendered_until = rendered_through(tokenizer, messages[: k + 1], tools, token_ids)
+    if add_generation_prompt:
+        tail = apply_template(tokenizer, messages, tools, add_generation_prompt=True)[rendered_until:]
+        tokens.append(tokenizer.encode(tail, add_special_tokens=False))
+    return tokens
+
+
+def extend_prompt(
+    tokenizer: Any,
+    messages: list[Message],
+    tools: list[dict[str, Any]] | None,
+    prompt_ids: list[int],
+    k: int,
+    token_ids: list[int],
+) -> list[int]:
+    """The next prompt, grown from the last one: `prompt_ids` (what assistant message `k`, the last in `messages`,
+    was sampled from), its sampled `token_ids`, then the messages after it and the `<|im_start|>assistant` header.
+
+    The same ids as `splice_sampled_tokens(..., add_generation_prompt=True)`, in two renders instead of two per
+    turn: a policy that remembers its last prompt need not rebuild the whole conversation every turn.
+    """
+    until = rendered_through(tokenizer, messages[: k + 1], tools, token_ids)
+    tail = apply_template(tokenizer, messages, tools, add_generation_prompt=True)[until:]
+    return list(prompt_ids) + list(token_ids) + tokenizer.encode(tail, add_special_tokens=False)
+
+
+def rendered_through(
+    tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]] | None, token_ids: list[int]
+) -> int:
+    """How many characters of the rendered `messages` the last (assistant) message's sampled ids stand for: up to
+    its end-of-turn marker, or to just before it when the turn was cut off by max_new_tokens (the template then
+    adds the marker back, as context)."""
+    until = apply_template(tokenizer, messages, tools).rindex(END_OF_TURN)
+    if list(token_ids[-1:]) == [tokenizer.convert_tokens_to_ids(END_OF_TURN)]:
+        until += len(END_OF_TURN)
+    return until
+
+
+def apply_template(
+    tokenizer: Any, messages: list[Message], tools: list[dict[str, Any]] | None, add_generation_prompt: bool = False
+) -> str:
+    """The tokenizer's chat template's text for `messages` (on the lab's models, the same as `render`)."""
+    return tokenizer.apply_chat_template(
+        messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False
+    )
 
 
 _TEMPLATE: Any = None

@@ -12,14 +12,23 @@ Every notebook's parameters cell holds `TIER = "auto"`: a GPU tier where CUDA is
 Every tier fine-tunes LoRA adapters, so the reference model for the KL term is the same weights with the adapters
 switched off (`cpu-tiny` too: see `CPU_TINY_LEARNING_RATE`).
 
-Unsloth is imported only inside `load_model`, when a tier asks for it: `import agentic_rl_lab` never imports
-unsloth or vllm. Unsloth's CPU fallback loads, LoRA-trains and samples without a GPU; its vLLM fast inference
-and 4-bit loading need CUDA, and asking for them without a GPU fails with a message naming the CPU options.
+Unsloth is imported only inside `load_model`, when a tier asks for it (and by the mode switches below, for a
+model it loaded): `import agentic_rl_lab` never imports unsloth or vllm. Unsloth's CPU fallback loads,
+LoRA-trains and samples without a GPU; its vLLM fast inference and 4-bit loading need CUDA, and asking for them
+without a GPU fails with a message naming the CPU options.
+
+The last part of this module is the one code path that sampling and training share on every tier, with what
+Unsloth needs and plain transformers does not: the mode switches (`for_inference`, `for_training`), whether the
+KV cache is kept between turns (`reuse_kv_cache`), and mixed precision for float16 (`autocast`,
+`needs_loss_scaling`). The policy, the trainer, the evaluation and the notebooks all go through these.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -58,6 +67,13 @@ class TierProfile:
     temperature: float = 1.0
     """Sampling temperature for rollouts, and for the logprobs the trainer recomputes (see `CPU_TINY_TEMPERATURE`)."""
     top_p: float = 1.0
+    generation_batch_size: int = 64
+    """Trajectories sampled at once, in lockstep, during training. Their KV caches grow with every turn, so this
+    bounds the memory of a rollout."""
+    per_device_eval_batch_size: int = 128
+    """Trajectories sampled at once in the held-out evaluation."""
+    per_device_train_batch_size: int = 16
+    """Sequences per forward and backward pass of the update."""
     estimate: str = ""
     """Expected runtime and memory, with where the figure comes from, until measured on the tier's hardware."""
 
@@ -65,6 +81,17 @@ class TierProfile:
     def sampling(self) -> dict[str, Any]:
         """The tier's sampling settings, as keyword arguments for `HFPolicy` and `GRPOConfig`: one place to set them."""
         return {"temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens}
+
+    @property
+    def training(self) -> dict[str, Any]:
+        """The tier's settings for `GRPOConfig`: sampling, learning rate and the batch sizes that fit its memory."""
+        return {
+            **self.sampling,
+            "learning_rate": self.learning_rate,
+            "generation_batch_size": self.generation_batch_size,
+            "per_device_eval_batch_size": self.per_device_eval_batch_size,
+            "per_device_train_batch_size": self.per_device_train_batch_size,
+        }
 
 
 CPU_TINY_LEARNING_RATE = 6e-4
@@ -97,8 +124,8 @@ PROFILES: dict[str, TierProfile] = {
             name="cpu-tiny", model_name="tiny", loader="transformers", dtype="float32", load_in_4bit=False,
             lora=LoraSettings(), learning_rate=CPU_TINY_LEARNING_RATE, max_seq_length=3072, max_new_tokens=64,
             temperature=CPU_TINY_TEMPERATURE,
-            estimate="measured on 2 CPU cores: committed in data/tiny-model (a 15-45 minute build), 130-340 "
-            "sampled tokens/s for one trajectory and 480-1,100 for a group of 8 (AMD EPYC-Intel AMX), <3 GB RAM",
+            estimate="measured on 2 CPU cores: committed in agentic_rl_lab/data/tiny-model (a 15-45 minute build), "
+            "130-340 sampled tokens/s for one trajectory, 480-1,100 for a group of 8 (AMD EPYC-Intel AMX), <3 GB RAM",
         ),
         TierProfile(
             name="cpu-small", model_name="Qwen/Qwen2.5-0.5B-Instruct", loader="transformers", dtype="float32",
@@ -108,12 +135,16 @@ PROFILES: dict[str, TierProfile] = {
         TierProfile(
             name="t4", model_name="unsloth/Qwen2.5-3B-Instruct", loader="unsloth", dtype="float16",
             load_in_4bit=True, lora=LoraSettings(r=16, alpha=32), max_seq_length=4096, max_new_tokens=256,
-            estimate="estimate from Unsloth's and ART's T4 notebooks (Qwen2.5-3B, 4-bit): ~8-12 GB of 15 GB VRAM",
+            generation_batch_size=16, per_device_eval_batch_size=16, per_device_train_batch_size=2,
+            estimate="estimate, not measured (scripts/gpu_check.py measures it): Qwen2.5-3B in 4-bit is ~2.5 GB; "
+            "16 sequences of 4,096 tokens hold 36 KB of KV cache per token (36 layers, 2 KV heads of 128), 2.4 GB",
         ),
         TierProfile(
             name="a100", model_name="unsloth/Qwen2.5-7B-Instruct", loader="unsloth", dtype="bfloat16",
             load_in_4bit=False, lora=LoraSettings(r=32, alpha=64), max_seq_length=8192, max_new_tokens=512,
-            estimate="estimate from Unsloth's docs (7B LoRA in 16-bit): ~25-35 GB of 40/80 GB VRAM",
+            generation_batch_size=32, per_device_eval_batch_size=32, per_device_train_batch_size=4,
+            estimate="estimate, not measured (scripts/gpu_check.py measures it): Qwen2.5-7B in bfloat16 is 15 GB; "
+            "32 sequences of 8,192 tokens hold 56 KB of KV cache per token (28 layers, 4 KV heads of 128), 15 GB",
         ),
     ]
 }  # fmt: skip
@@ -251,3 +282,76 @@ def _load_with_unsloth(profile: TierProfile, fast_inference: bool, add_lora: boo
             random_state=0,
         )
     return LoadedModel(model, tokenizer, profile)
+
+
+# ----- one code path for sampling and training, under transformers and under Unsloth -----------------------------
+def uses_unsloth(model: Any) -> bool:
+    """Whether Unsloth loaded `model`: its loaders set `max_seq_length` on the model they return (on a GPU and on
+    the CPU fallback), which transformers' models do not have."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "unsloth" in sys.modules and hasattr(base, "max_seq_length")
+
+
+def for_inference(model: Any) -> None:
+    """Put `model` in sampling mode: Unsloth's `FastLanguageModel.for_inference`, else `model.eval()`.
+
+    Unsloth's `generate` switches to inference mode by itself; doing it here too keeps the order of the mode
+    switches the same on every tier, which is what `for_training` undoes."""
+    if uses_unsloth(model):
+        from unsloth import FastLanguageModel
+
+        FastLanguageModel.for_inference(model)
+    else:
+        model.eval()
+
+
+def for_training(model: Any) -> None:
+    """Put `model` in update mode: Unsloth's `FastLanguageModel.for_training`, else `model.train()`.
+
+    Under Unsloth this is not `model.train()`: its `for_inference` (which its `generate` calls) clears every
+    layer's gradient-checkpointing flag, and only `for_training` sets them back. With `model.train()` every update
+    after the first rollout would run without checkpointing, and need several times the memory."""
+    if uses_unsloth(model):
+        from unsloth import FastLanguageModel
+
+        FastLanguageModel.for_training(model)
+    else:
+        model.train()
+
+
+def reuse_kv_cache(model: Any) -> bool:
+    """Whether `HFPolicy` keeps each trajectory's KV cache for its next turn, when not told.
+
+    Yes under transformers: tested token for token against recomputing the history (`tests/policies/test_hf.py`).
+    No under Unsloth for now: its `generate` converts a cache it is given and drops its own decode buffers, a path
+    whose tokens have not been compared with a fresh prefill on a GPU yet (`scripts/gpu_check.py` compares them;
+    the Unsloth CPU fallback, which is plain transformers, keeps the same tokens)."""
+    return not uses_unsloth(model)
+
+
+def compute_dtype(model: Any) -> Any:
+    """The floating-point type the model computes in: that of its input embeddings (never quantized)."""
+    return model.get_input_embeddings().weight.dtype
+
+
+def needs_loss_scaling(model: Any) -> bool:
+    """float16 has 5 exponent bits: gradients below ~6e-8 round to zero. Training in float16 (a T4 has no
+    bfloat16) therefore multiplies the loss by a large factor before backward and divides the gradients by it
+    before the step (`torch.amp.GradScaler`); bfloat16 and float32 have float32's range and need none."""
+    import torch
+
+    return compute_dtype(model) == torch.float16
+
+
+@contextlib.contextmanager
+def autocast(model: Any) -> Iterator[None]:
+    """Mixed precision for a training forward on a GPU: matmuls in the model's 16-bit type, reductions in float32,
+    as transformers' Trainer does for `fp16`/`bf16`. The trainable weights (LoRA adapters) stay float32: peft and
+    Unsloth both keep them so. A no-op on a CPU and for float32 models."""
+    import torch
+
+    device = model.get_input_embeddings().weight.device
+    dtype = compute_dtype(model)
+    enabled = device.type == "cuda" and dtype in (torch.float16, torch.bfloat16)
+    with torch.autocast(device_type=device.type, dtype=dtype, enabled=enabled):
+        yield

@@ -159,7 +159,7 @@ class TinyConfig:
 
 DEFAULT_CONFIG = TinyConfig()
 """The `cpu-tiny` model: about 5M parameters, built in 15-45 minutes on 2 CPU cores. The build is committed to
-`data/tiny-model` (see `EMBEDDED_MODEL_DIR`), so nobody has to wait for it."""
+`agentic_rl_lab/data/tiny-model` (see `EMBEDDED_MODEL_DIR`), so nobody has to wait for it."""
 
 SMALL_CONFIG = TinyConfig(
     name="small",
@@ -261,13 +261,14 @@ def _remove_abandoned_builds(final: Path) -> None:
             continue
 
 
-EMBEDDED_MODEL_DIR = Path(__file__).resolve().parents[1] / "data" / "tiny-model"
-"""The default model as committed to the repository, weights in bfloat16 (about 10 MB): a fresh clone runs the
-cpu-tiny tier at once, with no build. `python -m agentic_rl_lab build-tiny --export data/tiny-model` rewrites it."""
+EMBEDDED_MODEL_DIR = Path(__file__).resolve().parent / "data" / "tiny-model"
+"""The default model as committed to the repository, weights in bfloat16 (about 10 MB). It is package data, so a
+clone and a pip-installed wheel (Colab) both run the cpu-tiny tier at once, with no build.
+`python -m agentic_rl_lab build-tiny --export agentic_rl_lab/data/tiny-model` rewrites it."""
 
 
 def default_model_path(root: str | Path | None = None, progress: bool = True) -> Path:
-    """The cpu-tiny model: the committed copy in `data/tiny-model` if it was built from `DEFAULT_CONFIG` by this
+    """The cpu-tiny model: the committed copy in `EMBEDDED_MODEL_DIR` if it was built from `DEFAULT_CONFIG` by this
     `BUILD_VERSION` with these environments (its `build_info.json` has the same cache key), else the cached build,
     building it first if needed (minutes)."""
     info = EMBEDDED_MODEL_DIR / "build_info.json"
@@ -720,7 +721,10 @@ def main(argv: list[str] | None = None) -> Path:
     )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument(
-        "--export", default=None, metavar="DIR", help="then copy it to DIR in bfloat16 (e.g. data/tiny-model)"
+        "--export",
+        default=None,
+        metavar="DIR",
+        help="then copy it to DIR in bfloat16 (e.g. agentic_rl_lab/data/tiny-model)",
     )
     args = parser.parse_args(argv)
     if args.threads:

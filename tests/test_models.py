@@ -85,7 +85,7 @@ grad = sum(float(p.grad.abs().sum()) for p in trainable if p.grad is not None)
 model.eval()
 out = model.generate(**batch, max_new_tokens=5, do_sample=False)
 from agentic_rl_lab.grpo.loss import token_logprobs
-from agentic_rl_lab.grpo.trainer import assistant_token_logprobs
+from agentic_rl_lab.grpo.logprobs import assistant_token_logprobs
 ids = batch["input_ids"]
 mask = torch.ones(ids.shape[0], ids.shape[1] - 1)
 with torch.no_grad():  # the trainer's LM head on assistant tokens only, through Unsloth's patched model
@@ -99,7 +99,45 @@ for reuse in (False, True):  # HFPolicy's KV cache between turns, through Unslot
     policy = HFPolicy(model, tokenizer, seed=0, max_new_tokens=16, reuse_cache=reuse)
     group = collect_group(GuessNumber(), policy, seed=1, num_generations=2, progress=False)
     turns[reuse] = [c.token_ids for t in group.trajectories for c in t.completions]
+
+# One trainer step, recording Unsloth's mode switches and the layers' gradient-checkpointing flags. Checkpointing
+# is switched on as Unsloth's GPU get_peft_model does (the CPU fallback leaves it off).
+from unsloth import FastLanguageModel
+from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer
+from agentic_rl_lab.judge import ReferenceJudge
+from agentic_rl_lab.models import reuse_kv_cache, uses_unsloth
+
+calls, flags = [], []
+for name in ("for_inference", "for_training"):
+    def recorded(m, *args, _original=getattr(FastLanguageModel, name), _name=name, **kwargs):
+        calls.append(_name)
+        return _original(m, *args, **kwargs)
+    setattr(FastLanguageModel, name, staticmethod(recorded))
+model.get_base_model().gradient_checkpointing_enable()
+model.get_base_model()._unsloth_gradient_checkpointing = True
+def record_checkpointing(layer, args):
+    if torch.is_grad_enabled():
+        flags.append(layer.gradient_checkpointing)
+for layer in model.get_base_model().model.layers:
+    layer.register_forward_pre_hook(record_checkpointing)
+
+class Spread(ReferenceJudge):
+    def score_groups(self, groups, progress=True):
+        for group in groups:
+            for member, trajectory in enumerate(group.trajectories):
+                trajectory.reward = member / len(group.trajectories)
+        return list(groups)
+
+config = GRPOConfig(steps=1, groups_per_step=1, num_generations=4, per_device_train_batch_size=4, max_new_tokens=16,
+                    eval_every=1, eval_episodes=2, save_every=1, learning_rate=1e-3)
+row = GRPOTrainer(config, model, tokenizer, GuessNumber(), Spread(), sys.argv[2], progress=False).train().iloc[-1]
 print("RESULT " + json.dumps({
+    "uses_unsloth": uses_unsloth(model),
+    "reuse_kv_cache": reuse_kv_cache(model),
+    "default_policy_reuses_cache": HFPolicy(model, tokenizer).reuse_cache,
+    "mode_calls": calls,
+    "checkpointing_in_updates": flags,
+    "optimizer_steps": int(row["optimizer_steps"]),
     "policy_turns": len(turns[True]),
     "cache_changes_nothing": turns[True] == turns[False],
     "cached_tokens": policy.counts["cached_tokens"],
@@ -116,10 +154,10 @@ print("RESULT " + json.dumps({
 """
 
 
-def test_unsloth_loads_lora_trains_and_samples_the_tiny_model_on_cpu(small_model_dir):
+def test_unsloth_loads_lora_trains_and_samples_the_tiny_model_on_cpu(small_model_dir, tmp_path):
     # A subprocess: importing unsloth patches transformers for the whole process.
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(UNSLOTH_SCRIPT), str(small_model_dir)],
+        [sys.executable, "-c", textwrap.dedent(UNSLOTH_SCRIPT), str(small_model_dir), str(tmp_path / "run")],
         capture_output=True,
         text=True,
         timeout=600,
@@ -135,3 +173,12 @@ def test_unsloth_loads_lora_trains_and_samples_the_tiny_model_on_cpu(small_model
     assert report["head_only_difference"] < 1e-4, "the trainer's assistant-only log-probs match the full pass"
     assert report["tokens_50"] == ["Ġ50"]
     assert report["policy_turns"] > 2 and report["cache_changes_nothing"] and report["cached_tokens"] > 0
+    # The one code path: Unsloth's mode switches, in order, with checkpointing back on for every update forward.
+    assert report["uses_unsloth"] and not report["reuse_kv_cache"] and not report["default_policy_reuses_cache"]
+    calls = report["mode_calls"]
+    assert calls.count("for_training") == 1 and calls.index("for_training") > 0, calls  # sampled, then updated
+    assert calls[-1] == "for_inference", "the evaluation after the step samples in inference mode"
+    assert report["optimizer_steps"] == 1
+    assert report["checkpointing_in_updates"] and all(report["checkpointing_in_updates"]), (
+        "every decoder layer ran the update with gradient checkpointing on, after rollouts switched it off"
+    )

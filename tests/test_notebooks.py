@@ -59,7 +59,7 @@ def test_notebook_has_a_tagged_parameters_cell_and_the_conventions(path):
 
 @pytest.mark.parametrize("path", all_notebooks(), ids=lambda p: p.name)
 def test_notebook_runs_on_cpu_tiny(path, tmp_path):
-    """On the real cpu-tiny model, the one committed in data/tiny-model, as a learner runs it (smaller sizes)."""
+    """On the real cpu-tiny model (committed in agentic_rl_lab/data/tiny-model), as a learner runs it, but smaller."""
     parameters = dict(PARAMETERS[path.name])
     if "RUN_DIR" in "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]):
         parameters["RUN_DIR"] = str(tmp_path / "run")

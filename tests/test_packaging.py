@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+from importlib import metadata
 
 try:
     import tomllib
@@ -12,6 +13,9 @@ except ModuleNotFoundError:  # Python 3.10
 from pathlib import Path
 
 import yaml
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 CONDA_NAMES = {"pytorch-cpu": "torch"}  # conda-forge package name -> PyPI name
@@ -39,6 +43,25 @@ def test_gpu_extra_holds_unsloth_and_core_pins_stay_inside_what_it_accepts():
     core = dict(map(requirement, project["dependencies"]))
     assert "<=5.17.0" in core["transformers"], "unsloth 2026.10.9 accepts transformers<=5.17.0"
     assert "<2.15" in core["torch"], "unsloth 2026.10.9 accepts torch<2.15"
+
+
+def test_gpu_extra_pins_versions_that_unsloth_accepts_and_the_cpu_tests_use_the_same_unsloth():
+    """The `gpu` extra is the tested version set, in one place; the Unsloth that the CPU tests import is that one."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    gpu = dict(map(requirement, project["optional-dependencies"]["gpu"]))
+    assert {"unsloth", "unsloth-zoo", "transformers", "trl", "peft", "bitsandbytes"} <= set(gpu)
+    assert all(specifier.startswith("==") for specifier in gpu.values()), f"pin exact versions: {gpu}"
+    pinned = {name: Version(specifier[2:]) for name, specifier in gpu.items()}
+    core = dict(map(requirement, project["dependencies"]))
+    for name in set(pinned) & set(core):
+        assert pinned[name] in SpecifierSet(core[name]), f"gpu pins {name} {pinned[name]} outside {core[name]}"
+    for package in ("unsloth", "unsloth_zoo"):  # installed for the tests by scripts/lab.py (scripts/unsloth-cpu.txt)
+        assert Version(metadata.version(package)) == pinned[package.replace("_", "-")]
+        for line in metadata.requires(package) or []:
+            wanted = Requirement(line)
+            name = wanted.name.lower().replace("_", "-")
+            if name in pinned and (wanted.marker is None or wanted.marker.evaluate({"extra": ""})):
+                assert pinned[name] in wanted.specifier, f"{package} wants {wanted}; the gpu extra pins {pinned[name]}"
 
 
 def test_importing_the_package_loads_no_heavy_or_gpu_library():

@@ -260,11 +260,12 @@ def test_export_halves_the_weights_and_keeps_the_model(small_model, tmp_path):
 
 
 def test_the_committed_model_is_current_small_and_is_what_the_tier_loads():
-    """data/tiny-model must be the build of DEFAULT_CONFIG by this code; else every user would silently rebuild."""
+    """The committed model must be the build of DEFAULT_CONFIG by this code; else every user would silently rebuild."""
     embedded = tiny.EMBEDDED_MODEL_DIR
     info = tiny.load_build_info(embedded)
     assert info["cache_key"] == tiny.DEFAULT_CONFIG.cache_key(), (
-        "data/tiny-model is stale: run `python -m agentic_rl_lab build-tiny --export data/tiny-model`"
+        "the committed model is stale: run "
+        "`python -m agentic_rl_lab build-tiny --export agentic_rl_lab/data/tiny-model`"
     )
     assert sum(f.stat().st_size for f in embedded.iterdir()) < 20 * 2**20
     assert tiny.default_model_path() == embedded

@@ -11,7 +11,7 @@ without stating any fact, so the top search result is not always the right email
 Generation uses only `random.Random(seed)` and a fixed "today" (`TODAY`), never the clock or set order, so a
 seed always gives the same bytes. Regenerate the committed files with:
 
-    python -m agentic_rl_lab.envs.inbox_data          # writes data/inbox/emails.jsonl and questions.jsonl
+    python -m agentic_rl_lab.envs.inbox_data          # writes agentic_rl_lab/data/inbox/*.jsonl
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "inbox"
-"""Where the committed inbox lives: `data/inbox/` at the root of the repository (the package is editable)."""
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "inbox"
+"""Where the committed inbox lives: `agentic_rl_lab/data/inbox/`, package data, so a pip-installed wheel has it too."""
 REGENERATE_COMMAND = "python -m agentic_rl_lab.envs.inbox_data"
 TODAY = date(2025, 3, 14)
 """The inbox's "now", a Friday. Every email is older; the agent is told this date."""
@@ -687,8 +687,8 @@ def write_inbox(
 def load_inbox(directory: str | Path = DEFAULT_DATA_DIR) -> tuple[list[Email], list[Question]]:
     """Read the files that `write_inbox` wrote, validating every line.
 
-    Where the package was installed without the repository (`pip install` from git, Colab), `data/inbox/` is
-    not on disk; the default inbox is then generated in memory, which gives the same records as the files.
+    The files ship inside the package. Should an install lack them (a build without its package data), the default
+    inbox is generated in memory instead, which gives the same records as the files.
     """
     directory = Path(directory)
     if directory == DEFAULT_DATA_DIR and not directory.is_dir():

@@ -5,9 +5,9 @@ question's ground truth: the answer and the emails that justify it. The agent se
 its tools return, so it has to choose keywords, decide which results are worth a `read_email`, notice that a
 later email ("Schedule change: your flight to Lisbon") corrects an earlier one, and cite its sources.
 
-The inbox is fixed and committed under `data/inbox/` (see `inbox_data`, which generates it); each episode draws
-one question of the split. Reward (`outcome`): a wrong answer scores 0; a right one scores 0.7, plus up to 0.3
-for citing exactly the emails that justify it.
+The inbox is fixed and committed under `agentic_rl_lab/data/inbox/` (see `inbox_data`, which generates it); each
+episode draws one question of the split. Reward (`outcome`): a wrong answer scores 0; a right one scores 0.7, plus up
+to 0.3 for citing exactly the emails that justify it.
 """
 
 from __future__ import annotations

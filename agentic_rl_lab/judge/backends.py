@@ -27,6 +27,7 @@ import openai
 from pydantic import BaseModel, Field
 
 from agentic_rl_lab.envs.base import Message
+from agentic_rl_lab.openai_client import openai_client
 from agentic_rl_lab.retry import (
     describe_failure,
     is_retryable,
@@ -106,8 +107,9 @@ def estimate_tokens(text: str) -> int:
 class OpenAIJudgeBackend:
     """A judge model behind an OpenAI-compatible chat-completions endpoint, called with the real `openai` client.
 
-    The API key is read from the environment variable `api_key_env` only (never an argument, so it never lands in a
-    notebook, a trajectory, the cache or a log). `model` and `base_url` default to the environment variables
+    The API key named `api_key_env` is read from Colab Secrets on Colab, else from the environment variable of that
+    name (`agentic_rl_lab.openai_client`); never an argument, so it never lands in a notebook, a trajectory, the cache
+    or a log. `model` and `base_url` default to the environment variables
     `AGENTIC_RL_LAB_JUDGE_MODEL` and `AGENTIC_RL_LAB_JUDGE_BASE_URL` (then `OPENAI_BASE_URL`); no base URL means
     OpenAI's own API.
 
@@ -140,13 +142,6 @@ class OpenAIJudgeBackend:
                 f"no judge model given: pass OpenAIJudgeBackend(model=...) or set the environment variable "
                 f"{JUDGE_MODEL_ENV}"
             )
-        base_url = base_url or os.environ.get(JUDGE_BASE_URL_ENV) or os.environ.get("OPENAI_BASE_URL")
-        api_key = os.environ.get(api_key_env)
-        if not api_key and not base_url:
-            raise ValueError(
-                f"no API key and no endpoint: set the environment variable {api_key_env} to use OpenAI's API, or "
-                f"point base_url (or {JUDGE_BASE_URL_ENV}) at an OpenAI-compatible server such as vLLM or Ollama"
-            )
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
         self.model = model
@@ -157,9 +152,9 @@ class OpenAIJudgeBackend:
         self.timeout = timeout
         self.max_concurrency = max_concurrency
         self.extra_body = extra_body or {}
-        # Retries belong to the judge (with feedback on bad answers), so the client's own are turned off.
-        self._client = openai.OpenAI(api_key=api_key or "EMPTY", base_url=base_url, timeout=timeout, max_retries=0)
-        self._secret = api_key  # only to scrub the key out of error text a server might echo back
+        # The setup the policy and the judge share (`openai_client`): the key from Colab Secrets or the environment,
+        # the client's own retries off (ours come with a clear final error). `_secret` only scrubs the key from errors.
+        self._client, self._secret = openai_client(api_key_env, base_url, JUDGE_BASE_URL_ENV, timeout)
         self.endpoint = without_credentials(str(self._client.base_url))
         self._server_takes_schema = True
         self._lock = threading.Lock()

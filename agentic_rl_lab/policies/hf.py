@@ -10,7 +10,9 @@ token for the whole batch). Each turn ends at `<|im_end|>`. The text is parsed i
   `log_softmax(logits / temperature)` over the full vocabulary (no top-p truncation). This is what the GRPO
   trainer recomputes from the same tokens, so with `top_p=1` the first importance ratio is exactly 1.
   With `top_p < 1`, tokens are sampled from the truncated distribution, but the recorded numbers stay untruncated.
-  At `temperature=0` (greedy), they are `log_softmax(logits)`.
+  At `temperature=0` (greedy), they are `log_softmax(logits)`. Only these numbers are kept, one per sampled
+  token (`SampledLogprobs`): keeping every step's logits instead would cost batch × vocabulary × 4 bytes a step,
+  9 GB over a 30-token turn for 128 trajectories of a Qwen model (151,936 words).
 
 Training uses `token_ids`, never a re-tokenization of the message: the two can differ (see `tests/policies/
 test_hf.py` for when), and the model must be trained on what it actually did.
@@ -22,7 +24,8 @@ turn reads ~300 tokens and writes ~20. So after each `generate` the policy keeps
 the next call computes only the new tokens; it also grows the next prompt from the last one (`extend_prompt`)
 instead of rendering the whole conversation again. The cache lives one call: rows that do not come back (finished
 trajectories) are dropped, so memory stays one batch's worth. It assumes the weights do not change between the
-turns of a trajectory (the trainer samples whole groups, then updates).
+turns of a trajectory (the trainer samples whole groups, then updates). Whether the cache is kept by default is
+decided per model by `agentic_rl_lab.models.reuse_kv_cache` (not yet under Unsloth).
 """
 
 from __future__ import annotations
@@ -38,9 +41,9 @@ from typing import Any
 
 import torch
 
-from agentic_rl_lab.chat import END_OF_TURN, parse_assistant_text
+from agentic_rl_lab.chat import END_OF_TURN, extend_prompt, parse_assistant_text, splice_sampled_tokens
 from agentic_rl_lab.envs.base import Message
-from agentic_rl_lab.grpo.tensors import extend_prompt, splice_sampled_tokens
+from agentic_rl_lab.models import for_inference, reuse_kv_cache
 from agentic_rl_lab.rollout import Action
 
 
@@ -59,6 +62,37 @@ class CachedPrefix:
         return self.prompt + self.token_ids[:-1]
 
 
+class SampledLogprobs:
+    """A logits processor that records log p(sampled token) at every step of `generate`, and nothing more.
+
+    `generate` calls it with each step's raw logits (custom processors run before temperature and top-p), before
+    the token is drawn; the drawn token shows up as the last column of `input_ids` at the next call. So it keeps one
+    step's log-softmax, (batch, vocabulary), until then: memory for one step, whatever the turn's length.
+    """
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self.pending: torch.Tensor | None = None  # the last step's log-softmax, waiting for its token
+        self.steps: list[torch.Tensor] = []  # (batch,) per finished step
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self._take(input_ids[:, -1])
+        self.pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """The log-probability of each of `new_tokens` (batch, steps), once `generate` has returned."""
+        self._take(new_tokens[:, -1])
+        if len(self.steps) != new_tokens.shape[1]:
+            raise RuntimeError(f"recorded {len(self.steps)} steps for {new_tokens.shape[1]} sampled tokens")
+        return torch.stack(self.steps, dim=1).cpu()
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        if self.pending is not None:
+            self.steps.append(self.pending.gather(-1, tokens[:, None].to(self.pending.device))[:, 0])
+            self.pending = None
+
+
 class HFPolicy:
     """Sample each next action from a causal LM with `model.generate`, one batched call per turn."""
 
@@ -71,12 +105,13 @@ class HFPolicy:
         max_new_tokens: int = 128,
         seed: int | None = None,
         end_of_turn: str = END_OF_TURN,
-        reuse_cache: bool = True,
+        reuse_cache: bool | None = None,
     ) -> None:
         """`seed` makes sampling reproducible: call k of `act` samples with its own seed, derived from `seed` and k.
         `end_of_turn`: the token that ends an assistant turn (ChatML's `<|im_end|>`).
-        `reuse_cache`: keep each row's KV cache for its next turn (see the module docstring); it switches itself off
-        for a model whose cache is not a plain `DynamicCache`."""
+        `reuse_cache`: keep each row's KV cache for its next turn (see the module docstring); None decides by the
+        model (`models.reuse_kv_cache`). It switches itself off for a model whose cache is not a plain
+        `DynamicCache` (and counts `cache_unsupported`)."""
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(
                 "the tokenizer has no chat template, so histories cannot be rendered; set one, e.g. "
@@ -97,7 +132,7 @@ class HFPolicy:
         self.temperature, self.top_p, self.max_new_tokens, self.seed = temperature, top_p, max_new_tokens, seed
         self.end_of_turn_id: int = stop
         self.context_length: int | None = getattr(model.config, "max_position_embeddings", None)
-        self.reuse_cache = reuse_cache
+        self.reuse_cache = reuse_kv_cache(model) if reuse_cache is None else reuse_cache
         self.counts: Counter[str] = Counter()
         """Running totals: `generate_calls`, `turns`, `sampled_tokens`, `truncated_turns` (cut by `max_new_tokens`),
         `prefill_tokens` (computed) and `cached_tokens` (read from the cache instead), and `parse_errors/<kind>`
@@ -125,12 +160,16 @@ class HFPolicy:
     # ----- the Policy protocol ----------------------------------------------------------------------------------------
     def act(self, histories: Sequence[list[Message]], tools: list[dict[str, Any]]) -> list[Action]:
         """One batched `generate` call for all histories; returns their actions in order."""
+        from transformers import LogitsProcessorList
+
         if not histories:
             return []
         prompts = [self.prompt_ids(history, tools) for history in histories]
         input_ids, attention_mask = self._left_pad(prompts)
         past = self._past_key_values(histories, prompts) if self.reuse_cache else None
         cached = past.get_seq_length() if past is not None else 0  # columns generate need not compute
+        recorder = SampledLogprobs(self.temperature if self.temperature > 0 else 1.0)
+        for_inference(self.model)
         with torch.no_grad(), self._seeded():
             output = self.model.generate(
                 input_ids=input_ids,
@@ -145,15 +184,13 @@ class HFPolicy:
                 eos_token_id=self.end_of_turn_id,
                 pad_token_id=self.tokenizer.pad_token_id,
                 return_dict_in_generate=True,
-                output_logits=True,  # the raw logits of every step, before temperature and top-p
+                logits_processor=LogitsProcessorList([recorder]),  # each step's raw logits, before temperature
             )
         self.counts["generate_calls"] += 1
         self.counts["cached_tokens"] += cached * len(prompts) - int((attention_mask[:, :cached] == 0).sum())
         self.counts["prefill_tokens"] += int(attention_mask[:, cached:].sum())
         new_tokens = output.sequences[:, input_ids.shape[1] :]  # (batch, steps)
-        logits = torch.stack(output.logits, dim=1).float()  # (batch, steps, vocab)
-        temperature = self.temperature if self.temperature > 0 else 1.0
-        logprobs = torch.log_softmax(logits / temperature, dim=-1).gather(-1, new_tokens[..., None])[..., 0]
+        logprobs = recorder.finish(new_tokens)  # (batch, steps)
         actions = [
             self._action(row, new_tokens[row].tolist(), logprobs[row].tolist(), h) for row, h in enumerate(histories)
         ]

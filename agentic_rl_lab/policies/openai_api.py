@@ -28,6 +28,7 @@ from typing import Any
 import openai
 
 from agentic_rl_lab.envs.base import Message
+from agentic_rl_lab.openai_client import openai_client
 from agentic_rl_lab.retry import (
     backoff_seconds,
     describe_failure,
@@ -78,10 +79,10 @@ class Usage:
 class OpenAIPolicy:
     """Sample each next action from a chat model behind an OpenAI-compatible endpoint.
 
-    The API key is read from the environment variable `api_key_env` only. There is deliberately no argument
-    for the key itself: a key typed into a notebook cell ends up in saved notebooks, in git, and in
-    trajectories and logs that print the policy's arguments. Set it in the shell (`export OPENAI_API_KEY=...`)
-    instead. The key is sent to whatever `base_url` is, so give a third-party server its own variable
+    The API key named `api_key_env` is read from Colab Secrets on Colab, else from the environment variable of that
+    name (`agentic_rl_lab.openai_client`). There is deliberately no argument for the key itself: a key typed into a
+    notebook cell ends up in saved notebooks, in git, and in trajectories and logs that print the policy's
+    arguments. The key is sent to whatever `base_url` is, so give a third-party server its own variable
     (`api_key_env="VLLM_API_KEY"`) rather than your OpenAI key. A local server that needs no key works without
     one; the client then sends the placeholder "EMPTY".
 
@@ -119,13 +120,9 @@ class OpenAIPolicy:
             raise ValueError(
                 f"no model given: pass OpenAIPolicy(model=...) or set the environment variable {MODEL_ENV}"
             )
-        base_url = base_url or os.environ.get(BASE_URL_ENV) or os.environ.get("OPENAI_BASE_URL")
-        api_key = os.environ.get(api_key_env)
-        if not api_key and not base_url:
-            raise ValueError(
-                f"no API key and no endpoint: set the environment variable {api_key_env} to use OpenAI's API, "
-                f"or point base_url (or {BASE_URL_ENV}) at an OpenAI-compatible server such as vLLM or Ollama"
-            )
+        # The setup the policy and the judge share (`openai_client`): the key from Colab Secrets or the environment,
+        # the client's own retries off (ours come with a clear final error). `_secret` only scrubs the key from errors.
+        self._client, self._secret = openai_client(api_key_env, base_url, BASE_URL_ENV, timeout)
         self.model = model
         self.api_key_env = api_key_env
         self.temperature = temperature
@@ -138,9 +135,6 @@ class OpenAIPolicy:
         self.extra_body = extra_body or {}
         self.usage = Usage()
         self._usage_lock = threading.Lock()
-        # Retries are ours (with Retry-After and a clear final error), so the client's own are turned off.
-        self._client = openai.OpenAI(api_key=api_key or "EMPTY", base_url=base_url, timeout=timeout, max_retries=0)
-        self._secret = api_key  # only to scrub the key out of error text a server might echo back
         self.endpoint = without_credentials(str(self._client.base_url))
 
     def act(self, histories: Sequence[list[Message]], tools: list[dict[str, Any]]) -> list[Action | Exception]:
@@ -191,7 +185,7 @@ class OpenAIPolicy:
         """A final error that names the endpoint, the status and the attempts, and never the key."""
         what = describe_failure(exc, self.timeout)
         hint = {
-            401: f"; check the key in the environment variable {self.api_key_env}",
+            401: f"; check the key {self.api_key_env} in Colab Secrets or the environment",
             404: "; check model and base_url",
         }
         message = (

@@ -53,7 +53,7 @@ def test_committed_files_are_exactly_what_write_inbox_produces(tmp_path):
     write_inbox(tmp_path)
     for name in ("emails.jsonl", "questions.jsonl"):
         assert (tmp_path / name).read_bytes() == (DEFAULT_DATA_DIR / name).read_bytes(), (
-            f"data/inbox/{name} is stale: regenerate it with `python -m agentic_rl_lab.envs.inbox_data`"
+            f"agentic_rl_lab/data/inbox/{name} is stale: regenerate it with `python -m agentic_rl_lab.envs.inbox_data`"
         )
 
 

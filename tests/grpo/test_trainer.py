@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from agentic_rl_lab.envs import GuessNumber
 from agentic_rl_lab.grpo.loss import token_logprobs
 from agentic_rl_lab.grpo.tensors import NotTrainable, collate, trajectory_to_sequence
-from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer, assistant_token_logprobs
+from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer
 from agentic_rl_lab.judge import ReferenceJudge
 from agentic_rl_lab.policies.hf import HFPolicy
 from agentic_rl_lab.rollout import collect_group
@@ -68,57 +68,6 @@ def test_recomputed_logprobs_match_the_sampling_logprobs_so_the_first_ratio_is_o
     difference = (new - batch.old_logprobs[:, 1:]).abs()[mask]
     assert difference.numel() > 0
     assert float(difference.max()) < 1e-3
-
-
-def test_the_assistant_only_logprobs_equal_the_full_forward_pass_under_the_mask(model_and_tokenizer):
-    """The trainer runs the LM head on assistant positions only; a plain model, LoRA adapters that have moved, and
-    the same adapters switched off (the reference) must all give the full pass's numbers, and a gradient."""
-    from agentic_rl_lab.models import LoraSettings, attach_lora
-
-    model, tokenizer = model_and_tokenizer
-    sequences = [trajectory_to_sequence(t, tokenizer) for t in sampled_group(model, tokenizer).trajectories]
-    batch = collate(sequences, [[0.0]] * len(sequences), tokenizer.pad_token_id)
-    ids, attention, mask = batch.input_ids, batch.attention_mask, batch.assistant_mask[:, 1:]
-    assert 0 < mask.sum() < mask.numel()
-
-    def both(m):
-        full = token_logprobs(m(input_ids=ids, attention_mask=attention).logits, ids, 0.6) * mask
-        return full, assistant_token_logprobs(m, ids, attention, mask, 0.6)
-
-    full, fast = both(model)
-    assert torch.allclose(full, fast, atol=1e-5)
-    peft_model = attach_lora(model, LoraSettings(r=4))
-    with torch.no_grad():
-        for name, parameter in peft_model.named_parameters():
-            if "lora_B" in name:
-                parameter.normal_(0, 0.1)  # adapters that have trained: the output differs from the base model's
-    full_adapted, fast_adapted = both(peft_model)
-    assert torch.allclose(full_adapted, fast_adapted, atol=1e-5) and not torch.allclose(fast_adapted, fast, atol=1e-3)
-    with peft_model.disable_adapter():
-        assert torch.allclose(both(peft_model)[1], fast, atol=1e-5)
-    fast_adapted.sum().backward()
-    assert all(p.grad is not None for n, p in peft_model.named_parameters() if "lora_" in n)
-
-
-def test_a_model_that_caps_its_logits_takes_the_full_forward_pass():
-    """Gemma 2 squashes its logits after the LM head: the assistant-only shortcut would give other numbers."""
-    from transformers import Gemma2Config, Gemma2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Gemma2Config(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, final_logit_softcapping=0.5,
-    )  # fmt: skip
-    model = Gemma2ForCausalLM(config).eval()
-    ids = torch.randint(0, 64, (2, 10))
-    attention, mask = torch.ones_like(ids), torch.ones(2, 9)
-    mask[:, :3] = 0
-    with torch.no_grad():
-        full = token_logprobs(model(input_ids=ids, attention_mask=attention).logits, ids, 0.7) * mask
-        hidden = model.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
-        uncapped = token_logprobs(model.get_output_embeddings()(hidden), ids, 0.7) * mask
-        assert not torch.allclose(full, uncapped, atol=1e-3), "the cap matters for this model"
-        assert torch.allclose(assistant_token_logprobs(model, ids, attention, mask, 0.7), full, atol=1e-6)
 
 
 def test_a_trajectory_without_token_ids_is_not_trainable():
@@ -264,23 +213,32 @@ class Spread(ReferenceJudge):
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "cispo"])
 def test_accumulated_micro_batches_give_the_gradient_of_one_big_batch(model_and_tokenizer, tmp_path, loss_type):
-    """Split unevenly (1 sequence, then 3 of other lengths), the micro-batches differ in both sequence and token
-    counts, so weighting them by the wrong share (sequences for dapo, tokens for grpo) would show."""
+    """One optimizer step over 4 trajectories, as one micro-batch or as micro-batches of 3 and 1, which differ in
+    both sequence and token counts, so weighting them by the wrong share (sequences for dapo, tokens for grpo) would
+    show. The gradient is read where the optimizer would step."""
     model, tokenizer = model_and_tokenizer
-    group = sampled_group(model, tokenizer, n=4)
-    examples = [(trajectory_to_sequence(t, tokenizer), [a]) for t, a in zip(group.trajectories, [1.0, -0.5, 0.3, -0.8])]
-    tokens = [sum(s.assistant_mask) for s, _ in examples]
-    assert tokens[0] * 3 != sum(tokens[1:]), "the token share must differ from the sequence share"
-    config = small_config(loss_type=loss_type, beta=0.04)
-    trainer = GRPOTrainer(config, model, tokenizer, GuessNumber(), Spread(), tmp_path, progress=False)
+    group = ReferenceJudge().score(sampled_group(model, tokenizer, n=4))
+    for member, trajectory in enumerate(group.trajectories):
+        trajectory.reward = [1.0, 0.1, 0.5, 0.0][member]
 
-    def gradient(chunk):
-        model.zero_grad(set_to_none=True)
-        assert trainer._accumulate_gradients(chunk, {})
-        return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    def gradient(per_device_train_batch_size, gradient_accumulation_steps, run_dir):
+        config = small_config(
+            loss_type=loss_type, beta=0.04, max_grad_norm=1e9, per_device_train_batch_size=per_device_train_batch_size,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+        )  # fmt: skip
+        trainer = GRPOTrainer(config, model, tokenizer, GuessNumber(), Spread(), run_dir, progress=False)
+        seen, taken = [], []
+        original_loss = trainer.loss
+        trainer.loss = lambda batch: seen.append(batch) or original_loss(batch)
+        trainer.optimizer.step = lambda: taken.append(torch.cat([p.grad.flatten() for p in trainer.trainable]))
+        assert trainer.update([group])["optimizer_steps"] == 1
+        return taken[0], seen
 
-    one_batch = gradient([examples])
-    accumulated = gradient([examples[:1], examples[1:]])
+    one_batch, _ = gradient(4, 1, tmp_path / "one")
+    accumulated, micro_batches = gradient(3, 2, tmp_path / "two")
+    sequences = [batch.input_ids.shape[0] for batch in micro_batches]
+    tokens = [int(batch.assistant_mask.sum()) for batch in micro_batches]
+    assert sequences == [3, 1] and tokens[1] * 3 != tokens[0], "the token share differs from the sequence share"
     assert one_batch.abs().max() > 1e-4
     assert torch.allclose(accumulated, one_batch, rtol=1e-4, atol=1e-7)
 
@@ -291,13 +249,13 @@ def test_a_non_finite_loss_is_skipped_and_reported_never_applied(model_and_token
     trainer = GRPOTrainer(
         small_config(steps=1, eval_every=0), model, tokenizer, GuessNumber(), Spread(), tmp_path, progress=False
     )
-    original = trainer._loss
+    original = trainer.loss
 
     def poisoned(batch):
         loss, stats = original(batch)
         return loss * float("nan"), stats
 
-    trainer._loss = poisoned
+    trainer.loss = poisoned
     row = trainer.train().iloc[0]
     assert row["skipped_nonfinite"] >= 1 and row["optimizer_steps"] == 0
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
@@ -365,3 +323,61 @@ def test_a_run_killed_with_sigkill_resumes_from_its_last_checkpoint_without_repe
     steps = [g.metadata["step"] for g in load_groups(run / "trajectories.jsonl")]
     assert steps == sorted(steps) and [steps.count(s) for s in range(6)] == [2] * 6, "no duplicate trajectories"
     assert (run / "checkpoints" / "step-000006").exists()
+
+
+def test_an_aborted_optimizer_step_leaves_no_trace_in_the_logged_loss(model_and_tokenizer, tmp_path):
+    """Two optimizer steps of two micro-batches each; the second micro-batch of the first step is NaN. The logged
+    loss is the mean over the second step's micro-batches alone."""
+    model, tokenizer = model_and_tokenizer
+    group = Spread().score_groups([sampled_group(model, tokenizer, n=8)])[0]
+    config = small_config(per_device_train_batch_size=2, gradient_accumulation_steps=2)
+    trainer = GRPOTrainer(config, model, tokenizer, GuessNumber(), Spread(), tmp_path, progress=False)
+    original, losses = trainer.loss, []
+
+    def second_is_nan(batch):
+        loss, stats = original(batch)
+        losses.append(float(loss.detach()))
+        return (loss * float("nan") if len(losses) == 2 else loss), stats
+
+    trainer.loss = second_is_nan
+    row = trainer.update([group])
+    assert row["optimizer_steps"] == 1 and row["skipped_nonfinite"] == 1
+    assert len(losses) == 4
+    assert row["loss"] == pytest.approx((losses[2] + losses[3]) / 2, rel=1e-6)
+
+
+def test_float16_training_scales_the_loss_and_skips_an_overflowing_step(small_model_dir, tmp_path):
+    """A T4 has no bfloat16. In float16 the trainer multiplies the loss by the scaler's factor before backward;
+    a step whose gradients overflow is skipped, counted, and the factor halves."""
+    from agentic_rl_lab.models import LoraSettings, attach_lora
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(small_model_dir)
+    model = attach_lora(AutoModelForCausalLM.from_pretrained(small_model_dir, dtype=torch.float16), LoraSettings(r=4))
+    assert model.get_input_embeddings().weight.dtype == torch.float16
+    config = small_config(per_device_train_batch_size=8)
+    trainer = GRPOTrainer(config, model, tokenizer, GuessNumber(), Spread(), tmp_path, progress=False)
+    assert trainer.scaler.is_enabled() and trainer.scaler.get_scale() == 2.0**16
+    group = Spread().score_groups([sampled_group(model, tokenizer)])[0]
+
+    def adapters():
+        return [p.detach().clone() for p in trainer.trainable]
+
+    before = adapters()
+    row = trainer.update([group])
+    assert row["optimizer_steps"] == 1 and row["skipped_nonfinite"] == 0 and row["loss_scale"] == 2.0**16
+    after = adapters()
+    assert any(not torch.equal(a, b) for a, b in zip(before, after)), "a normal step trains in float16"
+
+    original = trainer.loss
+    trainer.loss = lambda batch: (lambda loss, stats: (loss * 1e6, stats))(*original(batch))  # scaled: > 65,504
+    row = trainer.update([group])
+    assert row["optimizer_steps"] == 0 and row["skipped_nonfinite"] == 1 and row["loss_scale"] == 2.0**15
+    assert all(torch.equal(a, b) for a, b in zip(after, adapters())), "the overflowing step changed nothing"
+
+
+def test_float16_full_fine_tuning_is_refused_with_the_reason(small_model_dir, tmp_path):
+    model = AutoModelForCausalLM.from_pretrained(small_model_dir, dtype=torch.float16)
+    tokenizer = AutoTokenizer.from_pretrained(small_model_dir)
+    with pytest.raises(ValueError, match="keeps the weights it trains in float32"):
+        GRPOTrainer(small_config(), model, tokenizer, GuessNumber(), Spread(), tmp_path, progress=False)

@@ -318,3 +318,49 @@ def test_an_overlong_history_is_a_recorded_failure_not_a_crash(model_dir):
     with pytest.warns(UserWarning, match="retrying one history at a time"):
         group = collect_group(GuessNumber(), policy, seed=0, num_generations=2, max_exceptions=2, progress=False)
     assert len(group.exceptions) == 2 and "exceeds the model's context" in group.exceptions[0].message
+
+
+MEMORY_SCRIPT = """
+import json, resource, sys, torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from agentic_rl_lab.envs import GuessNumber
+from agentic_rl_lab.policies.hf import HFPolicy
+
+torch.manual_seed(0)
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+config = LlamaConfig(
+    vocab_size=151_936, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+    num_key_value_heads=1, max_position_embeddings=4096, pad_token_id=tokenizer.pad_token_id,
+)
+model = LlamaForCausalLM(config).eval()
+env = GuessNumber()
+history = env.reset(seed=0)
+HFPolicy(model, tokenizer, max_new_tokens=4, seed=0).act([history], env.tool_schemas)  # warm up: every buffer in place
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+policy = HFPolicy(model, tokenizer, max_new_tokens=48, seed=0)
+actions = policy.act([history] * 64, env.tool_schemas)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print("RESULT " + json.dumps({
+    "peak_growth": after - before,
+    "lengths": [len(a.logprobs) for a in actions],
+    "finite": all(-1e9 < x <= 0 for a in actions for x in a.logprobs),
+}))
+"""
+
+
+def test_sampling_with_a_qwen_sized_vocabulary_keeps_one_step_of_logits_not_all_of_them(model_dir):
+    """64 trajectories × 48 sampled tokens over 151,936 words: keeping every step's float32 logits would take
+    1.9 GB (and more for their log-softmax); the policy keeps one step's at a time. Measured as the growth of the
+    process's peak memory, in a fresh process."""
+    import json
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", MEMORY_SCRIPT, str(model_dir)], capture_output=True, text=True, timeout=600
+    )
+    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    assert result.returncode == 0 and lines, result.stderr[-3000:]
+    report = json.loads(lines[-1].removeprefix("RESULT "))
+    assert report["lengths"] == [48] * 64 and report["finite"], "every turn ran to max_new_tokens, logprobs kept"
+    assert report["peak_growth"] < 400 * 2**20, f"peak memory grew by {report['peak_growth'] / 2**20:.0f} MiB"
