@@ -6,7 +6,10 @@ Two things make this more than `log_softmax(model(ids).logits)`:
    forward (`CausalLM_fast_forward`), not in the decoder, and drops the padding mask in training mode: calling the
    decoder alone would let a token attend to later ones. So the forward is `model(..., output_hidden_states=True,
    logits_to_keep=1)`: the whole model runs, its LM head only on the last position, and the final hidden states
-   come back (`hidden_states[-1]`, after the last norm, in transformers and in Unsloth alike).
+   come back (`hidden_states[-1]`, after the last norm, in transformers and in Unsloth alike). The price: every
+   layer's input stays referenced until backward. Transformers' checkpointing keeps those anyway; Unsloth's moves
+   them to CPU memory, so here they also stay on the GPU (for Qwen2.5-3B, 36 × 4,096 × 2,048 × 2 bytes = 0.6 GB a
+   sequence of 4,096 tokens). `scripts/gpu_check.py` measures the update's peak memory with it.
 2. **Bound the memory of the vocabulary.** Logits are (tokens × vocabulary): for Qwen's 151,936 words in float32,
    600 KB a token, 9.7 GB for 16,000 tokens. Only the assistant's tokens enter the loss (about 40% of a
    guess_number trajectory), so the LM head runs on those rows alone, and in chunks of `chunk_size` rows whose
