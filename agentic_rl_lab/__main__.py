@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def demo(args: argparse.Namespace) -> None:
@@ -132,15 +134,41 @@ def build_tiny(args: argparse.Namespace) -> None:
     tiny.main(args.rest)
 
 
-def make_judge(name: str, noise: float, seed: int):
-    """A judge by name: `reference` (ground truth, optionally noisy), or an LLM judge on an OpenAI-compatible
-    endpoint configured by environment variables (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `AGENTIC_RL_LAB_JUDGE_MODEL`)."""
-    from agentic_rl_lab import judge
+def judge_source(name: str, tier: str) -> str:
+    """Where `--judge NAME`'s scores come from on `tier`, decided before any model loads: `reference` (the ground
+    truth), `endpoint` (an OpenAI-compatible judge model named by `AGENTIC_RL_LAB_JUDGE_MODEL`, with
+    `OPENAI_BASE_URL` and `OPENAI_API_KEY`), or `self` (a GPU tier's base model, its LoRA adapters off)."""
+    from agentic_rl_lab.judge.backends import JUDGE_MODEL_ENV
+    from agentic_rl_lab.models import PROFILES
 
     if name == "reference":
-        return judge.ReferenceJudge(noise=noise, seed=seed)
-    backend = judge.OpenAIJudgeBackend()
-    return (judge.RelativeJudge if name == "relative" else judge.AbsoluteJudge)(backend, on_failure="skip")
+        return "reference"
+    if os.environ.get(JUDGE_MODEL_ENV):
+        return "endpoint"
+    if PROFILES[tier].loader == "unsloth":
+        return "self"
+    raise ValueError(
+        f"no judge model given for --judge {name} on tier {tier}: set {JUDGE_MODEL_ENV} to a model served by an "
+        "OpenAI-compatible endpoint (and OPENAI_BASE_URL, OPENAI_API_KEY). The GPU tiers judge with their own base "
+        "model when none is set; the CPU tiers have no judge model of their own yet (use --judge reference)."
+    )
+
+
+def make_judge(source: str, name: str, noise: float, seed: int, loaded: Any, batch_size: int) -> tuple[Any, str]:
+    """The judge `judge_source` chose, and one line that says which it is."""
+    from agentic_rl_lab import judge
+
+    if source == "reference":
+        return judge.ReferenceJudge(noise=noise, seed=seed), f"the reference judge (ground truth, noise {noise})"
+    if source == "endpoint":
+        backend = judge.OpenAIJudgeBackend()
+        said = f"{backend.model} at {backend.endpoint}"
+    else:
+        model_name = f"{loaded.profile.model_name} (base weights, adapters off)"
+        backend = judge.HFJudgeBackend(loaded.model, loaded.tokenizer, model_name=model_name, batch_size=batch_size)
+        said = f"the policy's own base model, {model_name}, {batch_size} groups per generate call"
+    kind = judge.RelativeJudge if name == "relative" else judge.AbsoluteJudge
+    return kind(backend, on_failure="skip"), f"the {name} judge: {said}"
 
 
 def train(args: argparse.Namespace) -> None:
@@ -161,11 +189,16 @@ def train(args: argparse.Namespace) -> None:
     profile = PROFILES[choose_tier(args.tier)[0]]
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}
     given = {k: v for k, v in vars(args).items() if k in fields and v is not None}
-    tier_defaults = {**profile.sampling, "learning_rate": profile.learning_rate}
+    tier_defaults = profile.training  # sampling, learning rate and the batch sizes that fit the tier
     try:  # a bad setting ends here in one line, before the model loads (minutes for a Hub model)
         config = GRPOConfig(**{**tier_defaults, **given})  # the tier's sampling and learning rate, unless a flag says
-        judge = make_judge(args.judge, args.judge_noise, args.seed)
+        source = judge_source(args.judge, profile.name)
+        judge_settings = (source, args.judge, args.judge_noise, args.seed)
+        if source != "self":  # the judge's settings are checked before the model loads
+            judge, judge_said = make_judge(*judge_settings, loaded=None, batch_size=config.groups_per_step)
         loaded = load_model(profile, model_name=args.model_dir)  # a missing --model-dir fails before any loading
+        if source == "self":  # the policy's own base model judges: it exists once loaded
+            judge, judge_said = make_judge(*judge_settings, loaded=loaded, batch_size=config.groups_per_step)
     except (ValueError, FileNotFoundError) as error:
         raise SystemExit(f"train: {error}") from None
     run_dir = Path(args.run_dir or f"runs/{args.env}-{args.tier}-{args.judge}")
@@ -174,7 +207,7 @@ def train(args: argparse.Namespace) -> None:
         trainer = GRPOTrainer(config, loaded.model, loaded.tokenizer, env, judge, run_dir)
     except ValueError as error:  # e.g. the run folder holds a run with other settings
         raise SystemExit(f"train: {error}") from None
-    print(f"training {args.env} on tier {args.tier} with the {args.judge} judge; run folder: {run_dir}")
+    print(f"training {args.env} on tier {args.tier}; run folder: {run_dir}\njudge: {judge_said}")
     metrics = trainer.train()
     optimum = optimal_mean_guesses(env.low, env.high) if args.env == "guess_number" else None
     plot_dashboard(metrics, optimum, path=run_dir / "training.png")

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
@@ -257,9 +258,11 @@ class HFJudgeBackend:
       writes garbage gets the usual retries and then fails clearly.
     - The cache key names the model (`model_name`), not its weights. With adapters disabled the base weights do not
       change during LoRA training; if you fine-tune every weight of the model you judge with, pass `cache=None`.
+    - `batch_size` > 1 judges that many groups in one `generate` call: the judge scores groups concurrently
+      (`max_concurrency`), and the calls that arrive together are padded into one batch (`GenerateBatcher`). A
+      training step's groups all arrive at once, so its judge time is that of one call, not of one per group.
     """
 
-    max_concurrency = 1
     worth_caching = True
 
     def __init__(
@@ -271,13 +274,18 @@ class HFJudgeBackend:
         max_new_tokens: int = 512,
         temperature: float = 0.0,
         disable_adapters: bool = True,
+        batch_size: int = 1,
     ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.hf_model = model
         self.tokenizer = tokenizer
         self.model = model_name or str(getattr(getattr(model, "config", None), "_name_or_path", "") or "hf-model")
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.disable_adapters = disable_adapters
+        self.max_concurrency = batch_size
+        self.batcher = GenerateBatcher(self._generate, batch_size)
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -289,40 +297,59 @@ class HFJudgeBackend:
         }
 
     def complete(self, messages: list[Message], schema: dict[str, Any]) -> BackendReply:
-        import torch
-
         request: dict[str, Any] = {"model": self.model, "messages": messages, **self.settings()}
         try:
             prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         except Exception as exc:  # most often: the tokenizer has no chat template
             raise BackendError(f"could not build the judge prompt: {exc}", retryable=False, request=request) from None
         request["prompt"] = prompt
+        try:
+            prompt_tokens, new_tokens = self.batcher.submit(prompt)
+        except Exception as exc:  # out of memory, a bad generation config...: retrying the same call will not help
+            message = f"generation failed: {type(exc).__name__}: {exc}"
+            raise BackendError(message, retryable=False, request=request) from None
+        text = self.tokenizer.decode(new_tokens, skip_special_tokens=True)
+        cut_off = len(new_tokens) >= self.max_new_tokens and new_tokens[-1] not in self._stop_ids()
+        finish_reason = "length" if cut_off else "stop"
+        return BackendReply(
+            text=text,
+            request=request,
+            response={"token_ids": new_tokens, "finish_reason": finish_reason},
+            usage=TokenUsage(prompt_tokens=prompt_tokens, completion_tokens=len(new_tokens)),
+        )
+
+    def _generate(self, prompts: list[str]) -> list[tuple[int, list[int]]]:
+        """One `generate` call for `prompts`, padded on the left; (prompt tokens, new tokens up to the end) each."""
+        import torch
+
         device = next(self.hf_model.parameters()).device
-        encoded = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(device)
+        encoded = self.tokenizer(
+            prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
+        ).to(device)
         sampling = {"do_sample": self.temperature > 0}
         if self.temperature > 0:
             sampling["temperature"] = self.temperature
         pad_id = self.tokenizer.pad_token_id
         if pad_id is None:
             pad_id = self.tokenizer.eos_token_id
-        try:
-            with torch.no_grad(), self.base_weights():
-                output = self.hf_model.generate(
-                    **encoded, max_new_tokens=self.max_new_tokens, pad_token_id=pad_id, **sampling
-                )
-        except Exception as exc:  # out of memory, a bad generation config...: retrying the same call will not help
-            message = f"generation failed: {type(exc).__name__}: {exc}"
-            raise BackendError(message, retryable=False, request=request) from None
-        prompt_length = encoded["input_ids"].shape[1]
-        new_tokens = output[0, prompt_length:].tolist()
-        text = self.tokenizer.decode(new_tokens, skip_special_tokens=True)
-        finish_reason = "length" if len(new_tokens) >= self.max_new_tokens else "stop"
-        return BackendReply(
-            text=text,
-            request=request,
-            response={"token_ids": new_tokens, "finish_reason": finish_reason},
-            usage=TokenUsage(prompt_tokens=prompt_length, completion_tokens=len(new_tokens)),
-        )
+        with torch.no_grad(), self.base_weights():
+            output = self.hf_model.generate(
+                **encoded, max_new_tokens=self.max_new_tokens, pad_token_id=pad_id, **sampling
+            )
+        width = encoded["input_ids"].shape[1]
+        stops = self._stop_ids()
+        results = []
+        for row in range(len(prompts)):  # a row that stopped early was padded after its end: cut there
+            new = output[row, width:].tolist()
+            end = next((i + 1 for i, token in enumerate(new) if token in stops), len(new))
+            results.append((int(encoded["attention_mask"][row].sum()), new[:end]))
+        return results
+
+    def _stop_ids(self) -> set[int]:
+        """The tokens that end an answer: the tokenizer's eos and the model's generation eos (an id or a list)."""
+        configured = getattr(getattr(self.hf_model, "generation_config", None), "eos_token_id", None)
+        configured = configured if isinstance(configured, list) else [configured]
+        return {token for token in [self.tokenizer.eos_token_id, *configured] if token is not None}
 
     @contextlib.contextmanager
     def base_weights(self) -> Iterator[None]:
@@ -335,6 +362,65 @@ class HFJudgeBackend:
 
     def __repr__(self) -> str:
         return f"HFJudgeBackend(model={self.model!r}, adapters_disabled={self.settings()['adapters_disabled']})"
+
+
+class GenerateBatcher:
+    """Answers concurrent requests with one batched call: `submit(item)` blocks until `run([items...])` has
+    answered it. Requests that arrive within `wait` seconds of each other share a call of up to `size` items.
+
+    Why a batcher and not a list of prompts: the judge scores groups in threads, one `complete` per group (and
+    retries one by one), which keeps every backend simple. A local model answers a batch of 8 prompts in about the
+    time of one, so the calls that are in flight together are gathered here.
+    """
+
+    def __init__(self, run: Callable[[list[Any]], list[Any]], size: int, wait: float = 0.05) -> None:
+        self.run, self.size, self.wait = run, size, wait
+        self.condition = threading.Condition()
+        self.running = threading.Lock()
+        self.pending: list[_Request] = []
+        self.calls = 0
+        """How many times `run` was called: the batch sizes add up to the requests."""
+
+    def submit(self, item: Any) -> Any:
+        request = _Request(item)
+        with self.condition:
+            self.pending.append(request)
+            self.condition.notify_all()
+            deadline = time.monotonic() + self.wait
+            while request in self.pending and len(self.pending) < self.size:  # wait for company, a little
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.condition.wait(remaining)
+            batch = None
+            if request in self.pending:  # nobody took it: this thread runs a batch that holds it
+                batch = [request, *[r for r in self.pending if r is not request][: self.size - 1]]
+                self.pending = [r for r in self.pending if r not in batch]
+            else:  # another thread took it into its batch
+                while not request.done:
+                    self.condition.wait()
+        if batch is not None:
+            self._run(batch)
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    def _run(self, batch: list[_Request]) -> None:
+        try:
+            with self.running:  # one call at a time: a model is not used by two threads at once
+                results, error = self.run([r.item for r in batch]), None
+        except Exception as exc:  # every request of the batch fails with it
+            results, error = [None] * len(batch), exc
+        with self.condition:
+            self.calls += 1
+            for request, result in zip(batch, results):
+                request.result, request.error, request.done = result, error, True
+            self.condition.notify_all()
+
+
+class _Request:
+    def __init__(self, item: Any) -> None:
+        self.item, self.result, self.error, self.done = item, None, None, False
 
 
 def _is_peft(model: Any) -> bool:

@@ -381,3 +381,25 @@ def test_float16_full_fine_tuning_is_refused_with_the_reason(small_model_dir, tm
     tokenizer = AutoTokenizer.from_pretrained(small_model_dir)
     with pytest.raises(ValueError, match="keeps the weights it trains in float32"):
         GRPOTrainer(small_config(), model, tokenizer, GuessNumber(), Spread(), tmp_path, progress=False)
+
+
+def test_the_train_command_picks_the_tiers_judge_and_says_which(monkeypatch, small_model_dir):
+    """`--judge relative`: an endpoint when one is configured; else, on a GPU tier, the policy's own base model
+    (adapters off), batched over the step's groups; a CPU tier without an endpoint is refused before loading."""
+    from agentic_rl_lab.__main__ import judge_source, make_judge
+    from agentic_rl_lab.judge import HFJudgeBackend, RelativeJudge
+    from agentic_rl_lab.models import load_model
+
+    monkeypatch.delenv("AGENTIC_RL_LAB_JUDGE_MODEL", raising=False)
+    assert judge_source("reference", "cpu-tiny") == "reference"
+    assert judge_source("relative", "t4") == judge_source("absolute", "a100") == "self"
+    with pytest.raises(ValueError, match="no judge model given for --judge relative on tier cpu-tiny"):
+        judge_source("relative", "cpu-tiny")
+    monkeypatch.setenv("AGENTIC_RL_LAB_JUDGE_MODEL", "judge-model")
+    assert judge_source("relative", "cpu-tiny") == judge_source("relative", "t4") == "endpoint"
+
+    loaded = load_model("cpu-tiny", model_name=small_model_dir)
+    judge, said = make_judge("self", "relative", 0.0, 0, loaded=loaded, batch_size=8)
+    assert isinstance(judge, RelativeJudge) and isinstance(judge.backend, HFJudgeBackend)
+    assert judge.backend.max_concurrency == judge.max_concurrency == 8 and judge.backend.disable_adapters
+    assert said.startswith("the relative judge: the policy's own base model")

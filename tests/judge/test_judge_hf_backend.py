@@ -118,3 +118,79 @@ def test_a_lora_policy_judges_with_its_adapters_off_and_gets_them_back(tiny, gro
     assert not any(layer.disable_adapters for layer in lora_layers), "the adapters are on again for training"
     assert backend.settings()["adapters_disabled"] is True
     policy.unload()  # leave the module-scoped tiny model without LoRA layers for other tests
+
+
+def test_groups_judged_together_share_one_batched_generate_call(tiny, groups, monkeypatch) -> None:
+    """Four groups, `batch_size=4`: one `generate` call with four prompts (left-padded), each group scored by its
+    own ids."""
+    model, tokenizer = tiny
+    calls = []
+
+    def generate(input_ids, attention_mask=None, **kwargs):
+        calls.append(input_ids.shape[0])
+        rows = []
+        for row in range(input_ids.shape[0]):
+            prompt = tokenizer.decode(input_ids[row][attention_mask[row].bool()])
+            ids = re.findall(r'<trajectory id="(t\d+)">', prompt)
+            answer = {"scores": [{"trajectory_id": i, "explanation": "ok", "score": int(i[1:]) / 10} for i in ids]}
+            rows.append(tokenizer(json.dumps(answer) + "<|im_end|>", add_special_tokens=False)["input_ids"])
+        width = max(len(r) for r in rows)
+        new = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows])
+        return torch.cat([input_ids, new], dim=1)
+
+    monkeypatch.setattr(model, "generate", generate)
+    backend = HFJudgeBackend(model, tokenizer, max_new_tokens=300, batch_size=4)
+    judged = RelativeJudge(backend, cache=None).score_groups(groups, progress=False)
+    assert calls == [4] and backend.batcher.calls == 1
+    for group in judged:
+        (call,) = JudgeRecord.of(group).calls
+        assert {group.trajectories[m].reward for m in call.members.values()} == {
+            int(i[1:]) / 10 for i in call.members
+        }
+        assert all(a.raw_response["finish_reason"] == "stop" for a in call.attempts)
+
+
+def test_a_batched_prompt_gets_the_tokens_it_gets_alone(tiny, groups) -> None:
+    """Left padding and the attention mask keep each row's greedy answer what it is unbatched."""
+    model, tokenizer = tiny
+    backend = HFJudgeBackend(model, tokenizer, max_new_tokens=6, batch_size=3)
+    prompts = ["<|im_start|>user\nshort<|im_end|>\n", "<|im_start|>user\n" + "a much longer prompt " * 8, "x"]
+    together = backend._generate(prompts)
+    alone = [backend._generate([prompt])[0] for prompt in prompts]
+    assert together == alone
+    assert [n for n, _ in together] == [len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+
+
+def test_the_batcher_gathers_concurrent_requests_and_fails_a_batch_together() -> None:
+    import threading
+
+    from agentic_rl_lab.judge.backends import GenerateBatcher
+
+    seen = []
+
+    def run(items):
+        seen.append(list(items))
+        if "boom" in items:
+            raise RuntimeError("out of memory")
+        return [item.upper() for item in items]
+
+    batcher = GenerateBatcher(run, size=4, wait=5.0)
+    results, errors = {}, {}
+
+    def ask(item):
+        try:
+            results[item] = batcher.submit(item)
+        except RuntimeError as exc:
+            errors[item] = str(exc)
+
+    threads = [threading.Thread(target=ask, args=(item,)) for item in ["a", "b", "c", "d", "e", "f", "g", "boom"]]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sorted(len(batch) for batch in seen) == [4, 4], "two full batches, no waiting for the 5 s timeout"
+    failed = next(batch for batch in seen if "boom" in batch)
+    assert set(errors) == set(failed) and set(errors.values()) == {"out of memory"}
+    assert results == {item: item.upper() for batch in seen if batch is not failed for item in batch}
+    alone = GenerateBatcher(run, size=4, wait=0.01)
+    assert alone.submit("z") == "Z" and seen[-1] == ["z"], "a lone request runs after the short wait"
