@@ -144,9 +144,7 @@ def test_groups_judged_together_share_one_batched_generate_call(tiny, groups, mo
     assert calls == [4] and backend.batcher.calls == 1
     for group in judged:
         (call,) = JudgeRecord.of(group).calls
-        assert {group.trajectories[m].reward for m in call.members.values()} == {
-            int(i[1:]) / 10 for i in call.members
-        }
+        assert {group.trajectories[m].reward for m in call.members.values()} == {int(i[1:]) / 10 for i in call.members}
         assert all(a.raw_response["finish_reason"] == "stop" for a in call.attempts)
 
 
