@@ -1,0 +1,230 @@
+"""The tiny judge: a small model the lab trains itself to answer the judge's prompts, so that an LLM judge can be
+the reward of a run on a CPU too, where no judge model can be downloaded.
+
+It reads exactly what `RelativeJudge` and `AbsoluteJudge` send (their prompt functions, with the shorter rubric
+`TINY_JUDGE_RUBRIC`) and writes the JSON answer they parse: for each trajectory id, an explanation and a score. It
+never sees the ground truth when it judges. Its *training targets* come from the ground truth, through one function
+that applies the rubric (`rubric_verdict`), on groups that mix trajectories of every quality: the environments'
+scripted strategies and the `cpu-tiny` policy's own samples, in shuffled orders under shuffled ids.
+
+Its errors are real, which is the point: notebooks measure them instead of simulating them (`ReferenceJudge`).
+
+The build reuses the policy model's recipe (`agentic_rl_lab.tiny`): a byte-level BPE tokenizer trained on the
+judge's own prompts and answers (so the fixed instructions take few tokens), a small Llama, and supervised
+fine-tuning on the answers only.
+
+    python -m agentic_rl_lab build-tiny-judge [--export agentic_rl_lab/data/tiny-judge]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from agentic_rl_lab.envs import ENVIRONMENTS, make
+from agentic_rl_lab.judge.prompt import absolute_prompt, relative_prompt
+from agentic_rl_lab.judge.relative import group_tools
+from agentic_rl_lab.policies import ScriptedPolicy
+from agentic_rl_lab.rollout import collect_group
+from agentic_rl_lab.trajectory import Trajectory, TrajectoryGroup
+
+TINY_JUDGE_RUBRIC = """\
+- Success first: a trajectory that reaches the goal scores far above one that does not.
+- Then efficiency: fewer turns and fewer errors score higher.
+- Without success, partial credit for progress."""
+"""The rubric the tiny judge is trained on and judges with: RULER's standards in three lines."""
+
+
+# ----- 1. the targets: the rubric applied to the ground truth -------------------------------------------------------
+def rubric_verdict(trajectory: Trajectory) -> tuple[float, str]:
+    """The score and explanation a perfect judge following `TINY_JUDGE_RUBRIC` would give, from the ground truth.
+
+    - Success scores 0.55 to 1: 0.55 + 0.45 × the environment's own efficiency score (`outcome.score`: 1 for the
+      best possible episode), less 0.05 per invalid action, never below 0.5.
+    - Failure scores 0 to 0.3, in proportion to the share of valid actions (progress the transcript shows).
+    - The explanation lists what the agent did, one word per turn, then the verdict and the count: "50, 25, 37:
+      reached the goal in 3 turns". Writing the turns first makes the count something a small model reads off
+      its own text rather than something it must keep in its head.
+    """
+    outcome = trajectory.outcome
+    if outcome is None:
+        raise ValueError(f"{trajectory.env} seed={trajectory.seed}: no ground truth to build a target from")
+    turns = max(1, trajectory.num_turns)
+    errors = len(trajectory.errors)
+    if outcome.success:
+        score = max(0.5, 0.55 + 0.45 * outcome.score - 0.05 * errors)
+    else:
+        score = 0.3 * max(0.0, 1 - errors / turns)
+    steps = ", ".join(_turn_word(m) for m in trajectory.messages if m.get("role") == "assistant")
+    verdict = "reached the goal" if outcome.success else "did not reach the goal"
+    counts = f"{trajectory.num_turns} turn{'s' * (trajectory.num_turns != 1)}"
+    if errors:
+        counts += f", {errors} error{'s' * (errors != 1)}"
+    return round(score, 2), f"{steps}: {verdict} in {counts}"
+
+
+def _turn_word(message: dict[str, Any]) -> str:
+    """One word for an assistant turn: the argument of a one-argument call (`50`, `north`), else the tool's name,
+    or `text` for a turn without a valid call."""
+    calls = message.get("tool_calls") or []
+    if not calls:
+        return "text"
+    function = calls[0].get("function", {})
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except ValueError:
+        return str(function.get("name", "call"))
+    if isinstance(arguments, dict) and len(arguments) == 1:
+        (value,) = arguments.values()
+        if isinstance(value, int | str) and len(str(value)) <= 12 and " " not in str(value):
+            return str(value)
+    return str(function.get("name", "call"))
+
+
+def answer(verdicts: Sequence[tuple[str, float, str]]) -> str:
+    """The JSON answer the judges parse, for (id, score, explanation) in the order shown: explanation first."""
+    scores = [{"trajectory_id": id_, "explanation": why, "score": score} for id_, score, why in verdicts]
+    return json.dumps({"scores": scores}, ensure_ascii=False)
+
+
+# ----- 2. groups of every quality ------------------------------------------------------------------------------------
+def mixed_group(env_name: str, seed: int, size: int, rng: random.Random, policy_group: TrajectoryGroup | None = None):
+    """`size` trajectories of one scenario, each by a strategy drawn at random (and the policy's own samples of the
+    scenario, when given, in place of some): every quality in one group, as a judge must tell them apart."""
+    env = make(env_name)
+    strategies = list(ENVIRONMENTS[env_name].strategies)
+    trajectories = list(policy_group.trajectories[: rng.randint(0, size)]) if policy_group else []
+    while len(trajectories) < size:
+        strategy = rng.choice(strategies)
+        policy = ScriptedPolicy(env, strategy, seed=rng.randrange(2**31))
+        trajectories += collect_group(env, policy, seed=seed, num_generations=1, progress=False).trajectories
+    rng.shuffle(trajectories)
+    return TrajectoryGroup(env=env_name, seed=seed, trajectories=trajectories)
+
+
+def relative_example(group: TrajectoryGroup, shown: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
+    """The relative judge's prompt for `group` shown as `shown` ((id, member) in display order, as
+    `RelativeJudge.arrange` makes it), and the target answer, as one conversation."""
+    trajectories = [(id_, group.trajectories[member].messages) for id_, member in shown]
+    messages = relative_prompt(trajectories, group_tools(group), TINY_JUDGE_RUBRIC)
+    verdicts = [(id_, *rubric_verdict(group.trajectories[member])) for id_, member in shown]
+    return [*messages, {"role": "assistant", "content": answer(verdicts)}]
+
+
+def shuffled(group: TrajectoryGroup, rng: random.Random) -> list[tuple[str, int]]:
+    """Members in a random order under random ids `t1`..`tN`, as `RelativeJudge.arrange` shows them."""
+    members = list(range(len(group.trajectories)))
+    rng.shuffle(members)
+    ids = [f"t{number}" for number in range(1, len(members) + 1)]
+    rng.shuffle(ids)
+    return list(zip(ids, members))
+
+
+def absolute_example(trajectory: Trajectory, rng: random.Random) -> list[dict[str, Any]]:
+    """The absolute judge's prompt for one trajectory under a random id, and the target answer."""
+    id_ = f"t{rng.randint(1, 8)}"
+    messages = absolute_prompt(id_, trajectory.messages, trajectory.tools, TINY_JUDGE_RUBRIC)
+    return [*messages, {"role": "assistant", "content": answer([(id_, *rubric_verdict(trajectory))])}]
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeData:
+    """How many training conversations of each kind, per environment."""
+
+    environments: tuple[str, ...] = ("guess_number", "inbox_search")
+    relative_groups: int = 400
+    absolute_trajectories: int = 1200
+    group_sizes: tuple[int, ...] = (4, 6, 8)
+    seed: int = 0
+
+
+def judge_conversations(data: JudgeData, policy_groups: dict[str, list[TrajectoryGroup]] | None = None):
+    """Every training conversation (prompt and target answer) of `data`, shuffled."""
+    rng = random.Random(data.seed)
+    conversations = []
+    for env_name in data.environments:
+        from_policy = (policy_groups or {}).get(env_name, [])
+        for index in range(data.relative_groups):
+            seed = data.seed * 100_003 + index
+            policy_group = from_policy[index % len(from_policy)] if from_policy else None
+            size = rng.choice(data.group_sizes)
+            group = mixed_group(env_name, policy_group.seed if policy_group else seed, size, rng, policy_group)
+            conversations.append(relative_example(group, shuffled(group, rng)))
+            if index * len(group.trajectories) < data.absolute_trajectories:
+                conversations += [absolute_example(t, rng) for t in group.trajectories]
+    rng.shuffle(conversations)
+    return conversations
+
+
+# ----- 3. the build: tokenizer, model, fine-tuning on the answers -----------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class TinyJudgeConfig:
+    """Everything that determines the tiny judge: its data, and the model and fine-tuning (`TinyConfig`'s fields;
+    the demonstration fields there are unused)."""
+
+    data: JudgeData = JudgeData()
+    model: Any = None
+    """A `tiny.TinyConfig`; None means `default_model_config()`."""
+    policy_groups: int = 64
+    """Groups of 8 sampled by the committed `cpu-tiny` model per environment, mixed into the training groups."""
+
+
+def default_model_config() -> Any:
+    from agentic_rl_lab.tiny import TinyConfig
+
+    return TinyConfig(
+        name="judge", vocab_size=4096, hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024,
+        max_context=6144, demonstrator_samples=0, sft_steps=1500, batch_tokens=12288, learning_rate=1e-3,
+        warmup_steps=30,
+    )  # fmt: skip
+
+
+def policy_samples(environments: Sequence[str], groups: int, seed: int = 0) -> dict[str, list[TrajectoryGroup]]:
+    """Groups of 8 trajectories sampled by the committed `cpu-tiny` policy at its temperature."""
+    from agentic_rl_lab.models import load_model
+    from agentic_rl_lab.policies.hf import HFPolicy
+    from agentic_rl_lab.rollout import collect_groups
+
+    if not groups:
+        return {}
+    loaded = load_model("cpu-tiny", add_lora=False)
+    policy = HFPolicy(loaded.model, loaded.tokenizer, **loaded.profile.sampling, seed=seed)
+    seeds = range(500_000 + seed * groups, 500_000 + (seed + 1) * groups)
+    return {env: collect_groups(make(env), policy, seeds, 8, progress=False) for env in environments}
+
+
+def build(config: TinyJudgeConfig, out: Any, progress: bool = True) -> dict[str, Any]:
+    """Data -> tokenizer -> model -> fine-tuning on the answers -> `out`. Returns a report with timings."""
+    import time
+
+    from agentic_rl_lab.chat import render
+    from agentic_rl_lab.tiny import Example, make_model, tokenize_episode, train_sft, train_tokenizer
+
+    model_config = config.model or default_model_config()
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+    conversations = judge_conversations(config.data, policy_samples(config.data.environments, config.policy_groups))
+    seconds["data"] = time.perf_counter() - clock
+    tokenizer = train_tokenizer([render(c) for c in conversations], model_config)
+    examples = [Example("judge", *tokenize_episode(tokenizer, c, None)) for c in conversations]
+    kept = [e for e in examples if len(e.input_ids) <= model_config.max_context]
+    seconds["tokenize"] = time.perf_counter() - clock - seconds["data"]
+    model = make_model(model_config, tokenizer)
+    losses = train_sft(model, kept, model_config, tokenizer.pad_token_id, progress)
+    seconds["sft"] = time.perf_counter() - clock - seconds["data"] - seconds["tokenize"]
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    report = {
+        "conversations": len(conversations),
+        "too_long": len(examples) - len(kept),
+        "tokens": sum(len(e.input_ids) for e in kept),
+        "answer_tokens": sum(sum(e.assistant_mask) for e in kept),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "losses": [round(x, 4) for x in losses],
+        "seconds": {k: round(v, 1) for k, v in seconds.items()},
+    }
+    (out / "build_info.json").write_text(json.dumps(report, indent=1) + "\n")
+    return report
