@@ -120,6 +120,13 @@ def play(args: argparse.Namespace) -> None:
     print(f"outcome (hidden until now): {env.outcome()}\nhidden state: {env.hidden_state()}")
 
 
+def build_tiny_judge(args: argparse.Namespace) -> None:
+    """Build (or find in the cache) the tiny judge model."""
+    from agentic_rl_lab import tiny_judge
+
+    tiny_judge.main(args.rest)
+
+
 def make_inbox(args: argparse.Namespace) -> None:
     """Regenerate the inbox_search data (deterministic: the committed files come out byte for byte)."""
     from agentic_rl_lab.envs import inbox_data
@@ -275,13 +282,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for agentic_rl_lab.tiny (see --help)")
     p.set_defaults(run=build_tiny)
 
+    p = commands.add_parser("build-tiny-judge", help="build (or find in the cache) the tiny judge model", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for agentic_rl_lab.tiny_judge (see --help)")
+    p.set_defaults(run=build_tiny_judge)
+
     p = commands.add_parser("make-inbox", help="regenerate the inbox_search emails and questions (package data)")
     p.add_argument("--out", default=str(inbox_data.DEFAULT_DATA_DIR), help="output folder")
     p.set_defaults(run=make_inbox)
 
     # `build-tiny` hands its options on to agentic_rl_lab.tiny; argparse's REMAINDER misses leading `--options`.
     args, unknown = parser.parse_known_args(argv)
-    if args.command == "build-tiny":
+    if args.command in ("build-tiny", "build-tiny-judge"):
         args.rest = unknown + args.rest
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")

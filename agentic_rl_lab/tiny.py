@@ -607,8 +607,19 @@ def native_bf16() -> bool:
     return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
 
 
-def train_sft(model: Any, examples: Sequence[Example], config: TinyConfig, pad_id: int, progress: bool) -> list[float]:
-    """AdamW with linear warmup and cosine decay over `config.sft_steps` batches; returns the loss of each step."""
+def train_sft(
+    model: Any,
+    examples: Sequence[Example],
+    config: TinyConfig,
+    pad_id: int,
+    progress: bool,
+    checkpoint: Path | None = None,
+    checkpoint_every: int = 50,
+) -> list[float]:
+    """AdamW with linear warmup and cosine decay over `config.sft_steps` batches; returns the loss of each step.
+
+    With `checkpoint` (a file), the state is saved there every `checkpoint_every` steps, and a rerun with the same
+    arguments resumes from it: the same batches in the same order, as if it had never stopped."""
     import torch
     from tqdm.auto import tqdm
 
@@ -628,9 +639,18 @@ def train_sft(model: Any, examples: Sequence[Example], config: TinyConfig, pad_i
     batches = sft_batches(examples, config.batch_tokens, rng)
     autocast = native_bf16() if config.bf16_autocast is None else config.bf16_autocast
     losses: list[float] = []
+    if checkpoint is not None and checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        losses = state["losses"]
+        for _ in losses:  # the batches already trained on
+            next(batches)
     model.train()
-    with tqdm(range(config.sft_steps), desc="SFT of the tiny model", unit="step", disable=not progress) as bar:
-        for _ in bar:
+    steps = range(len(losses), config.sft_steps)
+    with tqdm(steps, desc="SFT of the tiny model", unit="step", disable=not progress, initial=len(losses)) as bar:
+        for step in bar:
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                 loss = sft_loss(model, next(batches), pad_id)
             loss.backward()
@@ -640,6 +660,10 @@ def train_sft(model: Any, examples: Sequence[Example], config: TinyConfig, pad_i
             optimizer.zero_grad(set_to_none=True)
             losses.append(loss.item())
             bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}", refresh=False)
+            if checkpoint is not None and (step + 1) % checkpoint_every == 0:
+                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "losses": losses}
+                torch.save({**state, "schedule": schedule.state_dict()}, checkpoint.with_suffix(".tmp"))
+                checkpoint.with_suffix(".tmp").replace(checkpoint)  # atomically: a kill never leaves half a file
     model.eval()
     return losses
 

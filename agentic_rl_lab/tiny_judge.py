@@ -22,6 +22,7 @@ import dataclasses
 import json
 import random
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from agentic_rl_lab.envs import ENVIRONMENTS, make
@@ -132,29 +133,37 @@ def absolute_example(trajectory: Trajectory, rng: random.Random) -> list[dict[st
 
 @dataclasses.dataclass(frozen=True)
 class JudgeData:
-    """How many training conversations of each kind, per environment."""
+    """What the tiny judge is trained on."""
 
-    environments: tuple[str, ...] = ("guess_number", "inbox_search")
-    relative_groups: int = 400
-    absolute_trajectories: int = 1200
-    group_sizes: tuple[int, ...] = (4, 6, 8)
+    groups: tuple[tuple[str, int, tuple[int, ...]], ...] = (
+        ("guess_number", 1500, (4, 6, 8)),
+        ("inbox_search", 400, (2, 3, 4)),
+    )
+    """(environment, relative groups, the group sizes drawn from). inbox_search trajectories are long: groups of 8
+    take ~6,000 tokens, so its groups are smaller."""
+    absolute_per_group: int = 2
+    """Trajectories of each group also judged alone (`AbsoluteJudge`'s prompt): short examples of the same skill."""
     seed: int = 0
+
+    @property
+    def environments(self) -> tuple[str, ...]:
+        return tuple(env for env, _, _ in self.groups)
 
 
 def judge_conversations(data: JudgeData, policy_groups: dict[str, list[TrajectoryGroup]] | None = None):
-    """Every training conversation (prompt and target answer) of `data`, shuffled."""
+    """Every training conversation (prompt and target answer) of `data`, shuffled. `policy_groups` (by
+    environment) are the policy's own samples, mixed into the groups of the same scenario."""
     rng = random.Random(data.seed)
     conversations = []
-    for env_name in data.environments:
+    for env_name, count, sizes in data.groups:
         from_policy = (policy_groups or {}).get(env_name, [])
-        for index in range(data.relative_groups):
-            seed = data.seed * 100_003 + index
+        for index in range(count):
             policy_group = from_policy[index % len(from_policy)] if from_policy else None
-            size = rng.choice(data.group_sizes)
-            group = mixed_group(env_name, policy_group.seed if policy_group else seed, size, rng, policy_group)
+            seed = policy_group.seed if policy_group else data.seed * 100_003 + index
+            group = mixed_group(env_name, seed, rng.choice(sizes), rng, policy_group)
             conversations.append(relative_example(group, shuffled(group, rng)))
-            if index * len(group.trajectories) < data.absolute_trajectories:
-                conversations += [absolute_example(t, rng) for t in group.trajectories]
+            alone = rng.sample(group.trajectories, min(data.absolute_per_group, len(group.trajectories)))
+            conversations += [absolute_example(t, rng) for t in alone]
     rng.shuffle(conversations)
     return conversations
 
@@ -168,7 +177,7 @@ class TinyJudgeConfig:
     data: JudgeData = JudgeData()
     model: Any = None
     """A `tiny.TinyConfig`; None means `default_model_config()`."""
-    policy_groups: int = 64
+    policy_groups: int = 48
     """Groups of 8 sampled by the committed `cpu-tiny` model per environment, mixed into the training groups."""
 
 
@@ -177,7 +186,7 @@ def default_model_config() -> Any:
 
     return TinyConfig(
         name="judge", vocab_size=4096, hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024,
-        max_context=6144, demonstrator_samples=0, sft_steps=1500, batch_tokens=12288, learning_rate=1e-3,
+        max_context=6144, demonstrator_samples=0, sft_steps=1200, batch_tokens=12288, learning_rate=1e-3,
         warmup_steps=30,
     )  # fmt: skip
 
@@ -196,14 +205,18 @@ def policy_samples(environments: Sequence[str], groups: int, seed: int = 0) -> d
     return {env: collect_groups(make(env), policy, seeds, 8, progress=False) for env in environments}
 
 
-def build(config: TinyJudgeConfig, out: Any, progress: bool = True) -> dict[str, Any]:
-    """Data -> tokenizer -> model -> fine-tuning on the answers -> `out`. Returns a report with timings."""
+def build(config: TinyJudgeConfig, out: Path, work: Path, progress: bool = True) -> dict[str, Any]:
+    """Data -> tokenizer -> model -> fine-tuning on the answers -> `out`, with the SFT checkpointed in `work`: a
+    rerun with the same config resumes there. Returns a report with timings, also written to `build_info.json`."""
     import time
+
+    import torch
 
     from agentic_rl_lab.chat import render
     from agentic_rl_lab.tiny import Example, make_model, tokenize_episode, train_sft, train_tokenizer
 
     model_config = config.model or default_model_config()
+    work.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
     conversations = judge_conversations(config.data, policy_samples(config.data.environments, config.policy_groups))
@@ -212,12 +225,17 @@ def build(config: TinyJudgeConfig, out: Any, progress: bool = True) -> dict[str,
     examples = [Example("judge", *tokenize_episode(tokenizer, c, None)) for c in conversations]
     kept = [e for e in examples if len(e.input_ids) <= model_config.max_context]
     seconds["tokenize"] = time.perf_counter() - clock - seconds["data"]
+    torch.manual_seed(model_config.seed)
     model = make_model(model_config, tokenizer)
-    losses = train_sft(model, kept, model_config, tokenizer.pad_token_id, progress)
+    state = work / f"sft-{_digest(config)}.pt"
+    losses = train_sft(model, kept, model_config, tokenizer.pad_token_id, progress, checkpoint=state)
     seconds["sft"] = time.perf_counter() - clock - seconds["data"] - seconds["tokenize"]
+    out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     report = {
+        "config": json.loads(json.dumps(dataclasses.asdict(config), default=str)),
+        "model_config": dataclasses.asdict(model_config),
         "conversations": len(conversations),
         "too_long": len(examples) - len(kept),
         "tokens": sum(len(e.input_ids) for e in kept),
@@ -228,3 +246,37 @@ def build(config: TinyJudgeConfig, out: Any, progress: bool = True) -> dict[str,
     }
     (out / "build_info.json").write_text(json.dumps(report, indent=1) + "\n")
     return report
+
+
+def _digest(config: TinyJudgeConfig) -> str:
+    import hashlib
+
+    payload = json.dumps(dataclasses.asdict(config), default=str, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+EMBEDDED_JUDGE_DIR = Path(__file__).resolve().parent / "data" / "tiny-judge"
+"""Where the committed build lives (bfloat16), like cpu-tiny's."""
+
+
+def main(argv: list[str] | None = None) -> Path:
+    import argparse
+
+    from agentic_rl_lab.tiny import cache_root, export_model
+
+    parser = argparse.ArgumentParser(prog="python -m agentic_rl_lab build-tiny-judge", description=__doc__)
+    parser.add_argument("--steps", type=int, default=None, help="SFT steps (default: the model config's)")
+    parser.add_argument("--export", type=Path, default=None, help="then copy it to DIR in bfloat16")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    config = TinyJudgeConfig()
+    if args.steps is not None:
+        config = dataclasses.replace(config, model=dataclasses.replace(default_model_config(), sft_steps=args.steps))
+    out = cache_root() / f"tiny-judge-{_digest(config)}"
+    if not (out / "build_info.json").exists():
+        build(config, out, work=cache_root() / "tiny-judge-work", progress=not args.quiet)
+    print(f"tiny judge: {out}")
+    if args.export:
+        export_model(out, args.export)
+        print(f"exported to {args.export}")
+    return out

@@ -53,7 +53,7 @@ def test_a_training_conversation_is_what_the_relative_judge_sends_and_an_answer_
 
 
 def test_the_data_mixes_relative_and_absolute_conversations_of_every_quality():
-    conversations = judge_conversations(JudgeData(environments=("guess_number",), relative_groups=12))
+    conversations = judge_conversations(JudgeData(groups=(("guess_number", 12, (4, 8)),)))
     relative = [c for c in conversations if "in no particular order" in c[1]["content"]]
     absolute = [c for c in conversations if c not in relative]
     assert len(relative) == 12 and absolute
