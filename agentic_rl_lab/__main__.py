@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for agentic_rl_lab.tiny (see --help)")
     p.set_defaults(run=build_tiny)
 
-    p = commands.add_parser("build-tiny-judge", help="build (or find in the cache) the tiny judge model", add_help=False)
+    p = commands.add_parser("build-tiny-judge", help="build (or find in the cache) the tiny judge", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for agentic_rl_lab.tiny_judge (see --help)")
     p.set_defaults(run=build_tiny_judge)
 
