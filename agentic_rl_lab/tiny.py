@@ -298,6 +298,14 @@ def export_model(source: str | Path, destination: str | Path) -> Path:
     return destination
 
 
+def repository_path(path: str | Path) -> str:
+    """`path` relative to the repository when it lies inside it (what a committed result may record), else its
+    last two parts: never the layout of the machine it was measured on."""
+    path = Path(path).resolve()
+    root = Path(__file__).resolve().parents[1]
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(Path(*path.parts[-2:]))
+
+
 def load_build_info(path: str | Path) -> dict[str, Any]:
     """The `BuildReport` of a built model directory, as a dict (config, seconds per phase, losses, ...)."""
     return json.loads((Path(path) / "build_info.json").read_text())

@@ -28,7 +28,7 @@ from agentic_rl_lab.envs import GuessNumber
 from agentic_rl_lab.models import PROFILES
 from agentic_rl_lab.policies import HFPolicy
 from agentic_rl_lab.rollout import collect_group
-from agentic_rl_lab.tiny import HELD_OUT_SEED_START, default_model_path, load_build_info
+from agentic_rl_lab.tiny import HELD_OUT_SEED_START, default_model_path, load_build_info, repository_path
 
 GROUP_SIZE = 8
 REPEATS = 5
@@ -72,7 +72,7 @@ def main() -> dict:
     without = summary["batched_without_kv_cache"]["tokens_per_second"]
     speedup_without = without / summary["one_at_a_time_without_kv_cache"]["tokens_per_second"]
     report = {
-        "model": {"path": str(path), "parameters": load_build_info(path)["parameters"], "tier": "cpu-tiny"},
+        "model": {"path": repository_path(path), "parameters": load_build_info(path)["parameters"], "tier": "cpu-tiny"},
         "env": "guess_number",
         "group_size": GROUP_SIZE,
         "repeats": REPEATS,

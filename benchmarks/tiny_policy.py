@@ -35,6 +35,7 @@ from agentic_rl_lab.tiny import (
     build_tiny_model,
     default_model_path,
     load_build_info,
+    repository_path,
 )
 
 GUESS_SEEDS = 500
@@ -123,7 +124,7 @@ def run(policy: HFPolicy, path: Path, info: dict) -> dict:
 
     return {
         "model": {
-            "path": str(path),
+            "path": repository_path(path),
             "cache_key": info["cache_key"],
             "parameters": info["parameters"],
             "architecture": "LlamaForCausalLM",
