@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
-from typing import Any
 
 
 def demo(args: argparse.Namespace) -> None:
@@ -141,43 +139,6 @@ def build_tiny(args: argparse.Namespace) -> None:
     tiny.main(args.rest)
 
 
-def judge_source(name: str, tier: str) -> str:
-    """Where `--judge NAME`'s scores come from on `tier`, decided before any model loads: `reference` (the ground
-    truth), `endpoint` (an OpenAI-compatible judge model named by `AGENTIC_RL_LAB_JUDGE_MODEL`, with
-    `OPENAI_BASE_URL` and `OPENAI_API_KEY`), or `self` (a GPU tier's base model, its LoRA adapters off)."""
-    from agentic_rl_lab.judge.backends import JUDGE_MODEL_ENV
-    from agentic_rl_lab.models import PROFILES
-
-    if name == "reference":
-        return "reference"
-    if os.environ.get(JUDGE_MODEL_ENV):
-        return "endpoint"
-    if PROFILES[tier].loader == "unsloth":
-        return "self"
-    raise ValueError(
-        f"no judge model given for --judge {name} on tier {tier}: set {JUDGE_MODEL_ENV} to a model served by an "
-        "OpenAI-compatible endpoint (and OPENAI_BASE_URL, OPENAI_API_KEY). The GPU tiers judge with their own base "
-        "model when none is set; the CPU tiers have no judge model of their own yet (use --judge reference)."
-    )
-
-
-def make_judge(source: str, name: str, noise: float, seed: int, loaded: Any, batch_size: int) -> tuple[Any, str]:
-    """The judge `judge_source` chose, and one line that says which it is."""
-    from agentic_rl_lab import judge
-
-    if source == "reference":
-        return judge.ReferenceJudge(noise=noise, seed=seed), f"the reference judge (ground truth, noise {noise})"
-    if source == "endpoint":
-        backend = judge.OpenAIJudgeBackend()
-        said = f"{backend.model} at {backend.endpoint}"
-    else:
-        model_name = f"{loaded.profile.model_name} (base weights, adapters off)"
-        backend = judge.HFJudgeBackend(loaded.model, loaded.tokenizer, model_name=model_name, batch_size=batch_size)
-        said = f"the policy's own base model, {model_name}, {batch_size} groups per generate call"
-    kind = judge.RelativeJudge if name == "relative" else judge.AbsoluteJudge
-    return kind(backend, on_failure="skip"), f"the {name} judge: {said}"
-
-
 def train(args: argparse.Namespace) -> None:
     """GRPO on an environment: rollout -> judge -> update, with checkpoints, a metrics log and plots in a run folder.
 
@@ -191,6 +152,7 @@ def train(args: argparse.Namespace) -> None:
     from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer
     from agentic_rl_lab.models import PROFILES, choose_tier, load_model
     from agentic_rl_lab.plots import plot_dashboard
+    from agentic_rl_lab.rewards import judge_source, make_judge
 
     torch.manual_seed(args.seed)
     profile = PROFILES[choose_tier(args.tier)[0]]

@@ -280,3 +280,29 @@ def main(argv: list[str] | None = None) -> Path:
         export_model(out, args.export)
         print(f"exported to {args.export}")
     return out
+
+
+# ----- 4. judging with it ---------------------------------------------------------------------------------------------
+def load_tiny_judge(path: str | Path = EMBEDDED_JUDGE_DIR) -> tuple[Any, Any]:
+    """The tiny judge's model and tokenizer, with `AutoModelForCausalLM` and `AutoTokenizer` (float32)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"no tiny judge at {path}: build it with `python -m agentic_rl_lab build-tiny-judge`")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+def make_tiny_judge(kind: str = "relative", batch_size: int = 8, **judge_options: Any) -> Any:
+    """A `RelativeJudge` (or `AbsoluteJudge`) answered by the tiny judge, `batch_size` groups per generate call,
+    with the rubric it was trained on. `judge_options` go to the judge (`permutations`, `on_failure`, ...)."""
+    from agentic_rl_lab.judge import AbsoluteJudge, HFJudgeBackend, RelativeJudge
+
+    model, tokenizer = load_tiny_judge()
+    max_new_tokens = 640 if kind == "relative" else 96  # 8 entries of ~70 tokens, or one
+    backend = HFJudgeBackend(model, tokenizer, model_name="tiny-judge", max_new_tokens=max_new_tokens,
+                             batch_size=batch_size)  # fmt: skip
+    judge_class = {"relative": RelativeJudge, "absolute": AbsoluteJudge}[kind]
+    return judge_class(backend, rubric=TINY_JUDGE_RUBRIC, **judge_options)

@@ -15,7 +15,13 @@ CPU_TINY = {"TIER": "cpu-tiny"}
 PARAMETERS = {
     "01_agents_as_pomdps.ipynb": {**CPU_TINY, "NUM_SEEDS": 200},
     "02_collecting_trajectories.ipynb": {**CPU_TINY, "NUM_GENERATIONS": 4, "NUM_SCENARIOS": 4, "API_POLICY": "off"},
-    "03_relative_judging.ipynb": {**CPU_TINY, "NUM_GROUPS": 12, "API_JUDGE": "off", "SELF_JUDGE": "off"},
+    "03_relative_judging.ipynb": {
+        **CPU_TINY,
+        "NUM_GROUPS": 12,
+        "API_JUDGE": "off",
+        "SELF_JUDGE": "off",
+        "TINY_JUDGE_GROUPS": 4,
+    },
     "04_grpo_step_by_step.ipynb": {**CPU_TINY, "NUM_GENERATIONS": 4},
     "05_training_loop.ipynb": {
         **CPU_TINY,

@@ -112,6 +112,7 @@ def test_the_train_command_reports_a_bad_setting_in_one_line(tmp_path, monkeypat
     from agentic_rl_lab.__main__ import main
 
     monkeypatch.delenv("AGENTIC_RL_LAB_JUDGE_MODEL", raising=False)
+    monkeypatch.setattr("agentic_rl_lab.tiny_judge.EMBEDDED_JUDGE_DIR", tmp_path / "no-tiny-judge")
     for loader in ("_load_with_transformers", "_load_with_unsloth"):
         monkeypatch.setattr(f"agentic_rl_lab.models.{loader}", lambda *a, **k: pytest.fail("the model was loaded"))
     run_dir = tmp_path / "run"
@@ -385,15 +386,20 @@ def test_float16_full_fine_tuning_is_refused_with_the_reason(small_model_dir, tm
 
 def test_the_train_command_picks_the_tiers_judge_and_says_which(monkeypatch, small_model_dir):
     """`--judge relative`: an endpoint when one is configured; else, on a GPU tier, the policy's own base model
-    (adapters off), batched over the step's groups; a CPU tier without an endpoint is refused before loading."""
-    from agentic_rl_lab.__main__ import judge_source, make_judge
+    (adapters off), batched over the step's groups; on a CPU tier the tiny judge, and without it a refusal before
+    any model loads."""
     from agentic_rl_lab.judge import HFJudgeBackend, RelativeJudge
     from agentic_rl_lab.models import load_model
+    from agentic_rl_lab.rewards import judge_source, make_judge
 
     monkeypatch.delenv("AGENTIC_RL_LAB_JUDGE_MODEL", raising=False)
     assert judge_source("reference", "cpu-tiny") == "reference"
     assert judge_source("relative", "t4") == judge_source("absolute", "a100") == "self"
-    with pytest.raises(ValueError, match="no judge model given for --judge relative on tier cpu-tiny"):
+    assert judge_source("relative", "cpu-tiny") == judge_source("absolute", "cpu-small") == "tiny"
+    monkeypatch.setattr("agentic_rl_lab.tiny_judge.EMBEDDED_JUDGE_DIR", small_model_dir / "no-tiny-judge")
+    with pytest.raises(
+        ValueError, match="no judge model given for --judge relative on tier cpu-tiny.*build-tiny-judge"
+    ):
         judge_source("relative", "cpu-tiny")
     monkeypatch.setenv("AGENTIC_RL_LAB_JUDGE_MODEL", "judge-model")
     assert judge_source("relative", "cpu-tiny") == judge_source("relative", "t4") == "endpoint"
