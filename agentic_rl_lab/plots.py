@@ -17,8 +17,9 @@ def plot_dashboard(
     figure: Figure | None = None,
     path: str | Path | None = None,
 ) -> Figure:
-    """Six panels of a GRPO run, one point per step: reward mean ± std, held-out success (and turns against the
-    optimum), KL, clip fraction, completion length, and seconds spent on rollout, judge and update.
+    """Six panels of a GRPO run, one point per step: the judge's reward (mean ± std) against the ground truth of
+    the same trajectories, held-out success (and turns against the optimum), KL, clip fraction, completion length,
+    and seconds spent on rollout, judge and update.
 
     `metrics`: the trainer's rows (`GRPOTrainer.metrics()`, or the rows its callbacks receive). Columns that are
     missing are left out, so it draws from the first row on. `figure`: draw into this figure (cleared first) instead
@@ -43,8 +44,9 @@ def plot_dashboard(
         else:
             ax.text(0.5, 0.5, "waiting for data", ha="center", va="center", transform=ax.transAxes, color="grey")
 
-    reward = axes[0]
-    lines(reward, {"reward_mean": "reward mean"}, "Reward (judge)", "reward")
+    reward = axes[0]  # the judge's reward beside the ground truth of the same trajectories: a gap is reward hacking
+    truth = {"train_score": "ground-truth score", "train_success": "ground-truth success"}
+    lines(reward, {"reward_mean": "judge's reward", **truth}, "Reward (judge) against the ground truth", "reward")
     if {"reward_mean", "reward_std"} <= set(train) and not train.empty:
         low, high = train["reward_mean"] - train["reward_std"], train["reward_mean"] + train["reward_std"]
         reward.fill_between(steps, low, high, alpha=0.2, label="± std")

@@ -243,6 +243,7 @@ def test_the_dashboard_redraws_per_row_and_draws_every_panel():
             "step": step,
             "reward_mean": 0.3 + 0.1 * step,
             "reward_std": 0.1,
+            "train_score": 0.35 + 0.05 * step,
             "approx_kl": 0.01 * step,
             "kl": 0.002 * step,
             "clip_fraction": 0.05,
@@ -254,7 +255,8 @@ def test_the_dashboard_redraws_per_row_and_draws_every_panel():
         dashboard(None, {**row, **({"eval_success": 0.6, "eval_mean_turns": 7.0} if step == 2 else {})})
     assert dashboard.redraws == 4 and len(dashboard.rows) == 4
     labels = line_labels(dashboard.figure)
-    assert {"reward mean", "held-out success", "held-out mean turns", "clip fraction"} <= labels
+    assert {"judge's reward", "ground-truth score", "held-out success", "held-out mean turns"} <= labels
+    assert "clip fraction" in labels
     assert {"approx KL(π_old ‖ π_θ)", "KL(π_θ ‖ π_ref)", "sampled tokens per trajectory"} <= labels
     lines = {line.get_label(): line for ax in dashboard.figure.axes for line in ax.get_lines()}
     success = lines["held-out success"]
@@ -288,4 +290,4 @@ def test_the_dashboard_is_a_trainer_callback(sampled, tmp_path):
     )
     trainer.train()
     assert [row["step"] for row in dashboard.rows] == [0, 1]
-    assert {"reward mean", "clip fraction", "held-out success"} <= line_labels(dashboard.figure)
+    assert {"judge's reward", "clip fraction", "held-out success"} <= line_labels(dashboard.figure)

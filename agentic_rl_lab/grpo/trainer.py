@@ -231,6 +231,7 @@ class GRPOTrainer:
         row["reward_mean"] = sum(rewards) / max(1, len(rewards))
         row["reward_std"] = _std(rewards)
         row["train_success"] = sum(t.outcome.success for t in trajectories) / max(1, len(trajectories))
+        row["train_score"] = sum(t.outcome.score for t in trajectories) / max(1, len(trajectories))  # ground truth
         row["train_mean_turns"] = sum(t.num_turns for t in trajectories) / max(1, len(trajectories))
         row["completion_tokens"] = sum(len(c.token_ids) for t in trajectories for c in t.completions) / max(
             1, len(trajectories)
