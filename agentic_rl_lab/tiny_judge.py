@@ -256,7 +256,8 @@ def _digest(config: TinyJudgeConfig) -> str:
 
 
 EMBEDDED_JUDGE_DIR = Path(__file__).resolve().parent / "data" / "tiny-judge"
-"""Where the committed build lives (bfloat16), like cpu-tiny's."""
+"""Where a build is committed (bfloat16), like cpu-tiny's. None is yet: the first build's answers were not valid
+(`docs/tiny-judge.md`)."""
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -283,12 +284,13 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 # ----- 4. judging with it ---------------------------------------------------------------------------------------------
-def load_tiny_judge(path: str | Path = EMBEDDED_JUDGE_DIR) -> tuple[Any, Any]:
-    """The tiny judge's model and tokenizer, with `AutoModelForCausalLM` and `AutoTokenizer` (float32)."""
+def load_tiny_judge(path: str | Path | None = None) -> tuple[Any, Any]:
+    """The tiny judge's model and tokenizer (`EMBEDDED_JUDGE_DIR` unless `path`), with `AutoModelForCausalLM` and
+    `AutoTokenizer`, in float32."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = Path(path)
+    path = Path(path or EMBEDDED_JUDGE_DIR)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"no tiny judge at {path}: build it with `python -m agentic_rl_lab build-tiny-judge`")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

@@ -393,14 +393,15 @@ def test_the_train_command_picks_the_tiers_judge_and_says_which(monkeypatch, sma
     from agentic_rl_lab.rewards import judge_source, make_judge
 
     monkeypatch.delenv("AGENTIC_RL_LAB_JUDGE_MODEL", raising=False)
+    monkeypatch.setattr("agentic_rl_lab.tiny_judge.EMBEDDED_JUDGE_DIR", small_model_dir / "no-tiny-judge")
     assert judge_source("reference", "cpu-tiny") == "reference"
     assert judge_source("relative", "t4") == judge_source("absolute", "a100") == "self"
-    assert judge_source("relative", "cpu-tiny") == judge_source("absolute", "cpu-small") == "tiny"
-    monkeypatch.setattr("agentic_rl_lab.tiny_judge.EMBEDDED_JUDGE_DIR", small_model_dir / "no-tiny-judge")
-    with pytest.raises(
-        ValueError, match="no judge model given for --judge relative on tier cpu-tiny.*build-tiny-judge"
-    ):
+    with pytest.raises(ValueError, match="no judge model given for --judge relative on tier cpu-tiny.*tiny-judge"):
         judge_source("relative", "cpu-tiny")
+    monkeypatch.setattr("agentic_rl_lab.tiny_judge.EMBEDDED_JUDGE_DIR", small_model_dir)  # a model stands in for it
+    assert judge_source("relative", "cpu-tiny") == judge_source("absolute", "cpu-small") == "tiny"
+    tiny, said = make_judge("tiny", "relative", 0.0, 0, loaded=None, batch_size=4)
+    assert isinstance(tiny, RelativeJudge) and tiny.backend.max_concurrency == 4 and "tiny judge" in said
     monkeypatch.setenv("AGENTIC_RL_LAB_JUDGE_MODEL", "judge-model")
     assert judge_source("relative", "cpu-tiny") == judge_source("relative", "t4") == "endpoint"
 
