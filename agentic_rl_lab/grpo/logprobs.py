@@ -12,9 +12,10 @@ Two things make this more than `log_softmax(model(ids).logits)`:
    sequence of 4,096 tokens). `scripts/gpu_check.py` measures the update's peak memory with it.
 2. **Bound the memory of the vocabulary.** Logits are (tokens × vocabulary): for Qwen's 151,936 words in float32,
    600 KB a token, 9.7 GB for 16,000 tokens. Only the assistant's tokens enter the loss (about 40% of a
-   guess_number trajectory), so the LM head runs on those rows alone, and in chunks of `chunk_size` rows whose
-   logits are recomputed in the backward pass (activation checkpointing): at most one chunk's logits exist at a
-   time, forward or backward.
+   guess_number trajectory), so the LM head runs on those rows alone, and in chunks of at most `chunk_size` logits
+   (rows × vocabulary) that are recomputed in the backward pass (activation checkpointing): at most one chunk's
+   logits exist at a time, forward or backward. A small vocabulary fits in one chunk (cpu-tiny's 3,520 words:
+   11,000 rows), which keeps its numbers those of a single matmul.
 
 The shortcut in 2 gives the full pass's numbers only where the logits are the output embedding of the last hidden
 state and nothing more: other models (Gemma 2 caps its logits, Cohere and Granite scale them) take the full pass.
@@ -33,8 +34,8 @@ from agentic_rl_lab.grpo.loss import token_logprobs
 PLAIN_LM_HEADS = frozenset({"llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
 """Model types whose logits are exactly the output embedding applied to the body's last hidden state."""
 
-CHUNK_SIZE = 256
-"""Assistant tokens per LM-head chunk: 256 × 151,936 × 4 bytes = 156 MB of float32 logits at a time for Qwen."""
+CHUNK_SIZE = 256 * 151_936
+"""Logits per LM-head chunk: 156 MB of float32 at a time, 256 rows of Qwen's 151,936-word vocabulary."""
 
 
 def assistant_token_logprobs(
@@ -64,9 +65,10 @@ def assistant_token_logprobs(
     rows = hidden[:, :-1][picked]  # (N, H): the positions that predict a sampled token
     targets = input_ids[:, 1:][picked]  # (N,)
     head = model.get_output_embeddings()
+    step = max(1, chunk_size // head.weight.shape[0])  # rows per chunk
     pieces = []
-    for start in range(0, rows.shape[0], chunk_size):
-        chunk = (head, rows[start : start + chunk_size], targets[start : start + chunk_size], temperature)
+    for start in range(0, rows.shape[0], step):
+        chunk = (head, rows[start : start + step], targets[start : start + step], temperature)
         if torch.is_grad_enabled():  # keep only the chunk's inputs; its logits are recomputed in backward
             pieces.append(checkpoint(_head_logprobs, *chunk, use_reentrant=False))
         else:
@@ -78,5 +80,5 @@ def assistant_token_logprobs(
 
 def _head_logprobs(head: torch.nn.Module, rows: Tensor, targets: Tensor, temperature: float) -> Tensor:
     """log_softmax(head(rows) / temperature) at `targets`, in float32 (bf16 log-probs are too coarse for ratios)."""
-    logits = head(rows).float() / temperature  # (n, V)
-    return logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    logprobs = torch.log_softmax(head(rows).float() / temperature, dim=-1)  # (n, V)
+    return logprobs.gather(-1, targets[:, None]).squeeze(-1)

@@ -104,11 +104,12 @@ def test_chunks_give_the_numbers_and_gradients_of_one_pass(model_and_tokenizer):
     ids, attention, mask = batch.input_ids, batch.attention_mask, batch.assistant_mask[:, 1:]
     model.train()
     results = {}
-    for chunk_size in (7, 10_000):  # many uneven chunks, or one
+    vocabulary = model.get_output_embeddings().weight.shape[0]
+    for rows in (7, 10_000):  # many uneven chunks, or one
         model.zero_grad(set_to_none=True)
-        logprobs = assistant_token_logprobs(model, ids, attention, mask, 0.6, chunk_size=chunk_size)
+        logprobs = assistant_token_logprobs(model, ids, attention, mask, 0.6, chunk_size=rows * vocabulary)
         (logprobs * torch.linspace(-1, 1, logprobs.shape[1])).sum().backward()
-        results[chunk_size] = logprobs.detach(), [p.grad.clone() for p in model.parameters()]
+        results[rows] = logprobs.detach(), [p.grad.clone() for p in model.parameters()]
     (chunked, chunked_grads), (whole, whole_grads) = results[7], results[10_000]
     assert mask.sum() > 7 * 3, "several chunks"
     torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-5)  # matmuls of other shapes round apart
@@ -135,7 +136,7 @@ def test_no_tensor_kept_for_backward_is_as_large_as_the_logits_of_all_assistant_
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        logprobs = assistant_token_logprobs(model, ids, attention, mask, 1.0, chunk_size=32)
+        logprobs = assistant_token_logprobs(model, ids, attention, mask, 1.0, chunk_size=32 * config.vocab_size)
     assert largest <= 32 * config.vocab_size, f"a saved tensor of {largest} elements"
     assert largest >= config.vocab_size * config.hidden_size, "the hook saw the LM head's weight"
     logprobs.sum().backward()
