@@ -2,7 +2,8 @@
 
     python benchmarks/judge_quality.py      # writes benchmarks/results/judge_quality.json (~10 min on 2 cores)
 
-The judge is the committed tiny judge (`agentic_rl_lab/data/tiny-judge`, built by `build-tiny-judge`), loaded
+The judge is the committed tiny judge (`agentic_rl_lab/data/tiny-judge`, built by `build-tiny-judge`; none is
+committed yet, and build 1 wrote no valid answer: `docs/tiny-judge.md`), loaded
 with `AutoModelForCausalLM`/`AutoTokenizer` and served by `HFJudgeBackend` with batched generation. The groups
 are held out from its training (other scenario seeds and other strategy draws): per environment, groups that
 mix the scripted strategies, and groups of 8 sampled by the `cpu-tiny` policy (what the judge sees in training).
