@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The GPU tier, checked in one command: does the Unsloth path sample, train and fit as the notebooks say?
 
-    python scripts/gpu_check.py          # on a CUDA machine with Unsloth (`pip install -e '.[gpu]'`); ~5 min, H100
+    python scripts/gpu_check.py          # on a CUDA machine with Unsloth (`pip install -e '.[gpu]'`); ~5 min
+                                         # on an H100, estimated: it has not run on a GPU yet
     python scripts/gpu_check.py --cpu    # the same checks on cpu-tiny through Unsloth's CPU fallback (the tests run it)
 
 It writes `benchmarks/results/gpu_check.json` (`--out` elsewhere): `device` (the GPU's name as torch reports it),
