@@ -46,9 +46,11 @@ def rubric_verdict(trajectory: Trajectory) -> tuple[float, str]:
     - Success scores 0.55 to 1: 0.55 + 0.45 × the environment's own efficiency score (`outcome.score`: 1 for the
       best possible episode), less 0.05 per invalid action, never below 0.5.
     - Failure scores 0 to 0.3, in proportion to the share of valid actions (progress the transcript shows).
-    - The explanation lists what the agent did, one word per turn, then the verdict and the count: "50, 25, 37:
-      reached the goal in 3 turns". Writing the turns first makes the count something a small model reads off
-      its own text rather than something it must keep in its head.
+    - The explanation is the verdict and the counts: "reached the goal in 3 turns", "did not reach the goal in 10
+      turns, 2 errors". The count is the number of the last turn, which the transcript shows (`render_messages`
+      numbers the turns): read, not counted. Explanations that also listed each turn's move ("50, 25, 37: ...")
+      could not be learned: the same moves appear in many trajectories of a group, so the small model copied
+      them from the wrong one (`docs/tiny-judge.md`).
     """
     outcome = trajectory.outcome
     if outcome is None:
@@ -59,36 +61,27 @@ def rubric_verdict(trajectory: Trajectory) -> tuple[float, str]:
         score = max(0.5, 0.55 + 0.45 * outcome.score - 0.05 * errors)
     else:
         score = 0.3 * max(0.0, 1 - errors / turns)
-    steps = ", ".join(_turn_word(m) for m in trajectory.messages if m.get("role") == "assistant")
     verdict = "reached the goal" if outcome.success else "did not reach the goal"
     counts = f"{trajectory.num_turns} turn{'s' * (trajectory.num_turns != 1)}"
     if errors:
         counts += f", {errors} error{'s' * (errors != 1)}"
-    return round(score, 2), f"{steps}: {verdict} in {counts}"
-
-
-def _turn_word(message: dict[str, Any]) -> str:
-    """One word for an assistant turn: the argument of a one-argument call (`50`, `north`), else the tool's name,
-    or `text` for a turn without a valid call."""
-    calls = message.get("tool_calls") or []
-    if not calls:
-        return "text"
-    function = calls[0].get("function", {})
-    try:
-        arguments = json.loads(function.get("arguments") or "{}")
-    except ValueError:
-        return str(function.get("name", "call"))
-    if isinstance(arguments, dict) and len(arguments) == 1:
-        (value,) = arguments.values()
-        if isinstance(value, int | str) and len(str(value)) <= 12 and " " not in str(value):
-            return str(value)
-    return str(function.get("name", "call"))
+    return round(score, 2), f"{verdict} in {counts}"
 
 
 def answer(verdicts: Sequence[tuple[str, float, str]]) -> str:
-    """The JSON answer the judges parse, for (id, score, explanation) in the order shown: explanation first."""
-    scores = [{"trajectory_id": id_, "explanation": why, "score": score} for id_, score, why in verdicts]
+    """The JSON answer the judges parse, for (id, score, explanation), in id order (`t1`, `t2`, ...) and with the
+    explanation first. Id order, not display order: the judges match scores by id, and "write `t1`, then find the
+    block named `t1`" is a step a small model learns, where "find the block after the one I just wrote" was not
+    (`docs/tiny-judge.md`)."""
+    ordered = sorted(verdicts, key=lambda verdict: _id_key(verdict[0]))
+    scores = [{"trajectory_id": id_, "explanation": why, "score": score} for id_, score, why in ordered]
     return json.dumps({"scores": scores}, ensure_ascii=False)
+
+
+def _id_key(id_: str) -> tuple[int, str]:
+    """`t2` before `t10`: ids sort by their number."""
+    digits = "".join(c for c in id_ if c.isdigit())
+    return (int(digits) if digits else 0, id_)
 
 
 # ----- 2. groups of every quality ------------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ def test_the_rubric_puts_success_far_above_failure_and_fewer_turns_above_more():
     for (turns_a, a), (turns_b, b) in zip(clean, clean[1:]):
         assert (turns_a < turns_b) <= (a > b), "a faster clean success scores higher"
     for trajectory, _, explanation in scored:
-        count = f"in {trajectory.num_turns} turn"
-        assert count in explanation and explanation.count(",") >= trajectory.num_turns - 1
+        assert f"in {trajectory.num_turns} turn" in explanation
+        assert ("error" in explanation) == bool(trajectory.errors)
         assert ("did not reach" in explanation) == (not trajectory.outcome.success)
 
 
@@ -45,6 +45,7 @@ def test_a_training_conversation_is_what_the_relative_judge_sends_and_an_answer_
     conversation = relative_example(group, shown)
     assert conversation[:-1] == backend.requests[0], "the prompt is the judge's own, byte for byte"
     verdicts = read_judgment(conversation[-1]["content"], trajectory_ids(conversation[:-1]))
+    assert list(verdicts) == [f"t{k}" for k in range(1, 7)], "the answer lists the ids in order, whatever was shown"
     for id_, member in shown:
         score, explanation = rubric_verdict(group.trajectories[member])
         assert (verdicts[id_].score, verdicts[id_].explanation) == (score, explanation)

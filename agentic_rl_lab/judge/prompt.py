@@ -9,7 +9,7 @@ A relative judge gets one system message (its job, the safety rule and the rubri
     {"name": "guess", ...}
     </available_tools>
     <trajectory id="t3">           each trajectory after the shared context, under an anonymous id
-    [assistant calls] guess({"n": 50})
+    [assistant calls, turn 1] guess({"n": 50})
     [tool] lower
     </trajectory>
     ...
@@ -86,17 +86,25 @@ def neutralize(text: str) -> str:
     return _TAG_LOOKALIKE.sub("&lt;", text)
 
 
-def render_messages(messages: Sequence[Message]) -> str:
-    """A transcript, one line per message (plus one per tool call): `[role] content`, `[assistant calls] f(args)`.
+def render_messages(messages: Sequence[Message], first_turn: int = 1) -> str:
+    """A transcript, one line per message (plus one per tool call): `[role] content`, and for the agent's turns
+    `[assistant, turn 3] content` and `[assistant calls, turn 3] f(args)`.
 
-    Shorter than the messages' JSON and easier to read for a judge and for us. The result is neutralised.
+    Shorter than the messages' JSON and easier to read for a judge and for us. The agent's turns are numbered
+    (from `first_turn`) because the rubric rewards fewer of them and language models count badly: a judge reads
+    the count instead of counting. The result is neutralised.
     """
     lines = []
+    turn = first_turn
     for message in messages:
         role = str(message.get("role", "?"))
+        label = role
+        if role == "assistant":
+            label, turn = f"assistant, turn {turn}", turn + 1
+        calls_label = label.replace("assistant", "assistant calls", 1) if role == "assistant" else f"{role} calls"
         content = _text_of(message.get("content"))
         if content:
-            lines.append(f"[{role}] {content}")
+            lines.append(f"[{label}] {content}")
         for call in message.get("tool_calls") or []:
             function = call.get("function", {}) if isinstance(call, dict) else {}
             if not isinstance(function, dict):
@@ -104,9 +112,9 @@ def render_messages(messages: Sequence[Message]) -> str:
             arguments = function.get("arguments", "")
             if not isinstance(arguments, str):
                 arguments = json.dumps(arguments)
-            lines.append(f"[{role} calls] {function.get('name', '?')}({arguments})")
+            lines.append(f"[{calls_label}] {function.get('name', '?')}({arguments})")
         if not content and not message.get("tool_calls"):
-            lines.append(f"[{role}] (empty)")
+            lines.append(f"[{label}] (empty)")
     return neutralize("\n".join(lines))
 
 
@@ -153,7 +161,7 @@ def relative_prompt(
     if tools:
         parts.append(f"<available_tools>\n{render_tools(tools)}\n</available_tools>")
     parts.append("Trajectories, in no particular order:")
-    parts.extend(_trajectory_block(id_, messages[prefix:]) for id_, messages in shown)
+    parts.extend(_trajectory_block(id_, messages[prefix:], _turns(messages[:prefix]) + 1) for id_, messages in shown)
     parts.append(_answer_instruction([id_ for id_, _ in shown]))
     system = RELATIVE_SYSTEM.format(safety=SAFETY_RULE, rubric=rubric)
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
@@ -211,8 +219,12 @@ def trajectory_ids(messages: Sequence[Message]) -> list[str]:
     return list(dict.fromkeys(re.findall(r'<trajectory id="([^"]+)">', text)))
 
 
-def _trajectory_block(id_: str, messages: Sequence[Message]) -> str:
-    return f'<trajectory id="{id_}">\n{render_messages(messages)}\n</trajectory>'
+def _trajectory_block(id_: str, messages: Sequence[Message], first_turn: int = 1) -> str:
+    return f'<trajectory id="{id_}">\n{render_messages(messages, first_turn)}\n</trajectory>'
+
+
+def _turns(messages: Sequence[Message]) -> int:
+    return sum(message.get("role") == "assistant" for message in messages)
 
 
 def _answer_instruction(ids: Sequence[str]) -> str:

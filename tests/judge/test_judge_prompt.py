@@ -10,6 +10,7 @@ from agentic_rl_lab.envs.base import Outcome
 from agentic_rl_lab.judge import RelativeJudge, ScriptedBackend
 from agentic_rl_lab.judge.prompt import (
     absolute_prompt,
+    relative_prompt,
     common_prefix_length,
     neutralize,
     render_messages,
@@ -130,3 +131,17 @@ def test_ids_and_order_are_shuffled_independently_and_reproducibly(groups) -> No
     assert any([s.id for s in a] != sorted(s.id for s in a) for a in arrangements), "ids are not just 1..N"
     for a in arrangements:
         assert sorted(s.member for s in a) == list(range(5)) and [s.position for s in a] == list(range(5))
+
+
+def test_the_agent_turns_are_numbered_and_the_numbering_goes_on_after_a_shared_prefix() -> None:
+    def turn(n: int) -> list[dict]:
+        call = {"type": "function", "function": {"name": "guess", "arguments": f'{{"n": {n}}}'}}
+        return [{"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "content": "lower"}]
+
+    start = [{"role": "system", "content": "play"}, {"role": "user", "content": "go"}, *turn(50)]
+    lists = [start + turn(25), start + turn(25) + turn(12), start + turn(30)]
+    user = relative_prompt([(f"t{k}", messages) for k, messages in enumerate(lists, 1)], [])[1]["content"]
+    assert "[assistant calls, turn 1] guess" in CONTEXT.findall(user)[0], "the shared first turn is shown once"
+    for (id_, block), messages in zip(BLOCK.findall(user), lists):
+        numbers = [int(n) for n in re.findall(r"\[assistant calls, turn (\d+)\]", block)]
+        assert numbers == list(range(2, Trajectory(env="x", seed=0, messages=messages).num_turns + 1)), id_
