@@ -10,9 +10,9 @@ from agentic_rl_lab.envs.base import Outcome
 from agentic_rl_lab.judge import RelativeJudge, ScriptedBackend
 from agentic_rl_lab.judge.prompt import (
     absolute_prompt,
-    relative_prompt,
     common_prefix_length,
     neutralize,
+    relative_prompt,
     render_messages,
     trajectory_ids,
 )
