@@ -1,0 +1,2 @@
+"""Adapters from the lab to engines built for scale: its environments and judges under TRL's `GRPOTrainer`
+(`integrations.trl`)."""
