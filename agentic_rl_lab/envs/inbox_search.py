@@ -78,14 +78,15 @@ def normalize(text: str) -> str:
 
 
 def is_correct(text: str, question: Question) -> bool:
-    """Does the answer `text` contain the ground truth (or an alias) as whole words, after `normalize`?
+    """Is the answer `text` the ground truth, or one of its aliases, after `normalize`?
 
-    `"It departs at 9:15 AM."` is right for `09:15` (alias `9:15`); `"19:15"` is not, since `9 15` must be
-    whole words. Containment, not equality, lets the agent answer in a sentence; the 200-character cap on the
-    answer keeps "list every code in the inbox" from passing.
+    One answer, written any accepted way: `"9:15 am"` and `"09:15."` are right for `09:15` (its aliases are
+    `9:15`, `9:15 am`, `9:15am`), `"19:15"` is not. A sentence around the fact, or a list of candidates
+    (`"K7QX2P or K7QX2B"`), is not an answer to check: the system prompt asks for the fact alone, and an agent
+    that hedges across candidates must not be paid as if it knew.
     """
-    padded = f" {normalize(text)} "
-    return any(f" {normalize(truth)} " in padded for truth in [question.answer, *question.aliases])
+    given = normalize(text)
+    return any(given == normalize(truth) for truth in [question.answer, *question.aliases])
 
 
 def citation_overlap(cited: list[str], sources: list[str]) -> float:
@@ -207,7 +208,7 @@ class InboxSearch(Environment):
         return f"{email.id} | {email.date} | {email.sender} | {email.subject}"
 
     def outcome(self) -> Outcome:
-        """Success: the answer contains the ground truth (`is_correct`). Score: 0 if wrong or never given; if
+        """Success: the answer is the ground truth, written any accepted way (`is_correct`). Score: 0 if wrong or never given; if
         right, 0.7 + 0.3 * the Jaccard overlap of cited and true sources (`citation_overlap`).
 
         The answer earns most of the score because it is what the user asked for; the citation part rewards

@@ -236,7 +236,9 @@ def test_answer_ends_the_episode_and_is_scored():
 
     sources = question.source_ids
     assert score(question.answer, sources) == 1.0
-    assert score(f"It is {question.answer.lower()}.", sources) == 1.0  # case and punctuation do not matter
+    assert score(f" {question.answer.lower()}.", sources) == 1.0  # case, spaces and punctuation do not matter
+    assert score(f"It is {question.answer}.", sources) == 0.0, "the fact alone, as the system prompt asks"
+    assert score(f"{question.answer} or {question.answer[::-1]}", sources) == 0.0, "a list of candidates is wrong"
     assert score(question.answer, []) == pytest.approx(0.7)
     assert score(question.answer, sources[-1:]) == pytest.approx(0.85)
     assert score(question.answer, [*sources, "e001"]) == pytest.approx(0.7 + 0.3 * 2 / 3)
