@@ -6,6 +6,10 @@ already in the format our environments read.
 
 An API model returns text, not token ids, so `Action.token_ids` is None: its trajectories can be judged,
 viewed and compared, but not trained on (GRPO needs the exact tokens and log-probabilities that were sampled).
+A vLLM server can say what it sampled: with `return_token_ids=True` the policy asks for the ids
+(vLLM's `return_token_ids`) and their log-probabilities (`logprobs`), and its trajectories train like
+`HFPolicy`'s, token in / token out, so a fleet of vLLM servers can do the rollouts of a run. The lab's tokenizer
+must be the served model's: the trainer splices the returned ids between context it tokenizes itself.
 
 Each history in a batch is one request; at most `max_concurrency` are in flight at once. Requests run on a
 thread pool with the synchronous client, so `act` works the same in a script and inside Jupyter's running
@@ -94,6 +98,8 @@ class OpenAIPolicy:
     - `backoff_base`, `max_backoff`: the wait before retry k is about `backoff_base * 2**k` seconds, with
       jitter, or what the server's `Retry-After` asks for; never more than `max_backoff`.
     - `extra_body`: server-specific request fields, such as vLLM's `{"top_k": 20}`.
+    - `return_token_ids`: ask a vLLM server for the sampled token ids and their log-probabilities (see the module
+      doc); a server that does not return them is an error, not a silent untrainable trajectory.
     """
 
     def __init__(
@@ -110,6 +116,7 @@ class OpenAIPolicy:
         backoff_base: float = 1.0,
         max_backoff: float = 60.0,
         extra_body: dict[str, Any] | None = None,
+        return_token_ids: bool = False,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
@@ -133,6 +140,7 @@ class OpenAIPolicy:
         self.backoff_base = backoff_base
         self.max_backoff = max_backoff
         self.extra_body = extra_body or {}
+        self.return_token_ids = return_token_ids
         self.usage = Usage()
         self._usage_lock = threading.Lock()
         self.endpoint = without_credentials(str(self._client.base_url))
@@ -155,8 +163,10 @@ class OpenAIPolicy:
             request["tools"] = tools  # OpenAI rejects an empty list
         if self.max_tokens is not None:
             request["max_tokens"] = self.max_tokens
-        if self.extra_body:
-            request["extra_body"] = self.extra_body
+        if self.extra_body or self.return_token_ids:
+            request["extra_body"] = {**self.extra_body, **({"return_token_ids": True} if self.return_token_ids else {})}
+        if self.return_token_ids:
+            request["logprobs"] = True
         attempts = self.max_retries + 1
         for attempt in range(1, attempts + 1):
             try:
@@ -175,7 +185,19 @@ class OpenAIPolicy:
                     self.usage.retries += 1
                 time.sleep(self._backoff(attempt, exc))
         self._count(response)
-        return Action(_to_message(response.choices[0].message))
+        choice = response.choices[0]
+        if not self.return_token_ids:
+            return Action(_to_message(choice.message))
+        token_ids, logprobs = _sampled_tokens(choice)
+        if token_ids is None:
+            raise OpenAIPolicyError(
+                f"{self.endpoint} returned no token ids and log-probs for the sampled text: return_token_ids=True "
+                "needs a vLLM server that supports the `return_token_ids` request field",
+                self.endpoint,
+                200,
+                1,
+            )
+        return Action(_to_message(choice.message), token_ids, logprobs)
 
     def _backoff(self, attempt: int, exc: Exception) -> float:
         """Seconds to wait before retry `attempt`: the server's Retry-After, else exponential with jitter."""
@@ -228,3 +250,13 @@ def _to_message(message: Any) -> Message:
             for call in message.tool_calls
         ]
     return result
+
+
+def _sampled_tokens(choice: Any) -> tuple[list[int] | None, list[float] | None]:
+    """vLLM's answer to `return_token_ids` and `logprobs`: the choice's `token_ids` (an extra field to the SDK) and
+    one log-prob per id; (None, None) when either is missing or their lengths differ."""
+    token_ids = getattr(choice, "token_ids", None)
+    content = getattr(getattr(choice, "logprobs", None), "content", None)
+    if not token_ids or not content or len(content) != len(token_ids):
+        return None, None
+    return [int(t) for t in token_ids], [float(entry.logprob) for entry in content]

@@ -222,3 +222,71 @@ def test_configuration_comes_from_arguments_or_environment_and_gaps_are_clear(
     request = chat_server.requests[0]
     assert request.body["model"] == "model-from-env" and request.headers["authorization"] == "Bearer EMPTY"
     assert repr(policy) == f"OpenAIPolicy(model='model-from-env', endpoint='{chat_server.url}', max_concurrency=8)"
+
+
+# ----- a vLLM server's token ids: rollouts served by vLLM train like HFPolicy's ------------------------------------
+def vllm_like(model, tokenizer):
+    """Answer as a vLLM server does with `return_token_ids` and `logprobs`: the chat template applied to the
+    messages, the sampled ids, each one's log-prob, and the tool calls parsed out of the text. The "model" is
+    cpu-tiny, sampling greedily."""
+    import torch
+
+    from agentic_rl_lab.chat import apply_template, parse_assistant_text
+
+    def answer(request: RecordedRequest) -> dict:
+        body = request.body
+        assert body.get("return_token_ids") is True and body.get("logprobs") is True, "asked the vLLM way"
+        prompt = apply_template(tokenizer, body["messages"], body.get("tools"), add_generation_prompt=True)
+        prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=24, do_sample=False, output_scores=True,
+                                 return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id,
+                                 eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"))  # fmt: skip
+        ids = out.sequences[0, len(prompt_ids) :].tolist()
+        logprobs = [torch.log_softmax(s[0].float(), -1)[t].item() for s, t in zip(out.scores, ids)]
+        message, _ = parse_assistant_text(tokenizer.decode(ids, skip_special_tokens=True))
+        body = completion(message.get("content"), message.get("tool_calls"))
+        body["prompt_token_ids"] = prompt_ids
+        body["choices"][0]["token_ids"] = ids
+        content = [{"token": f"token_id:{t}", "logprob": lp, "bytes": None, "top_logprobs": []} for t, lp in
+                   zip(ids, logprobs)]  # fmt: skip
+        body["choices"][0]["logprobs"] = {"content": content}
+        return body
+
+    return answer
+
+
+def test_a_vllm_servers_token_ids_make_trajectories_the_trainer_reads_token_for_token(chat_server) -> None:
+    import torch
+
+    from agentic_rl_lab.grpo.logprobs import assistant_token_logprobs
+    from agentic_rl_lab.grpo.tensors import collate, trajectory_to_sequence
+    from agentic_rl_lab.models import load_model
+
+    loaded = load_model("cpu-tiny", add_lora=False)
+    chat_server.default = vllm_like(loaded.model, loaded.tokenizer)
+    policy = make_policy(chat_server, return_token_ids=True, timeout=120.0)  # the server runs a model: no retries
+    trajectory = collect_group(GuessNumber(), policy, seed=4, num_generations=1, progress=False).trajectories[0]
+    assert trajectory.num_turns >= 2 and len(trajectory.completions) == trajectory.num_turns
+    assert policy.usage.retries == 0
+    served = [r.response["choices"][0] for r in chat_server.requests]
+    assert [c.token_ids for c in trajectory.completions] == [c["token_ids"] for c in served]
+
+    # The trainer's sequence holds exactly the served ids, and the model scores them as the server did.
+    sequence = trajectory_to_sequence(trajectory, loaded.tokenizer)
+    batch = collate([sequence], [[0.0] * trajectory.num_turns], loaded.tokenizer.pad_token_id)
+    with torch.no_grad():
+        recomputed = assistant_token_logprobs(loaded.model, batch.input_ids, batch.attention_mask,
+                                              batch.assistant_mask[:, 1:], temperature=1.0)  # fmt: skip
+    recomputed = recomputed[batch.assistant_mask[:, 1:].bool()].tolist()
+    served_logprobs = [entry["logprob"] for c in served for entry in c["logprobs"]["content"]]
+    assert recomputed == pytest.approx(served_logprobs, abs=1e-4)
+    # Each turn's prompt, as the server rendered it, is the trainer's context up to that turn.
+    first = sequence.assistant_mask.index(1)
+    assert sequence.input_ids[:first] == chat_server.requests[0].response["prompt_token_ids"]
+
+
+def test_a_server_that_returns_no_token_ids_is_a_clear_error(chat_server) -> None:
+    chat_server.push(completion("hello"))
+    error = failed(make_policy(chat_server, return_token_ids=True))
+    assert "return_token_ids" in str(error) and chat_server.requests[0].body["return_token_ids"] is True
