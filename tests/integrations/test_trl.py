@@ -77,3 +77,15 @@ def test_a_scripted_group_has_the_fields_trl_needs() -> None:
     assert not group.trajectories[0].completions, "a scripted policy samples no tokens"
     with pytest.raises(ValueError, match="no sampled token ids"):
         token_fields(group.trajectories[0], None)
+
+
+def test_the_train_trl_script_takes_a_step_on_cpu_tiny(tmp_path: Path) -> None:
+    from agentic_rl_lab.tiny import default_model_path
+
+    command = [trl_python(), str(ROOT / "scripts" / "train_trl.py"), "--model", str(default_model_path()),
+               "--steps", "1", "--num-generations", "2", "--scenarios-per-step", "1", "--max-new-tokens", "16",
+               "--output-dir", str(tmp_path)]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "'train_loss'" in result.stdout + result.stderr and (tmp_path / "checkpoint-1").is_dir()
