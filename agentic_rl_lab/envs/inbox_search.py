@@ -208,8 +208,8 @@ class InboxSearch(Environment):
         return f"{email.id} | {email.date} | {email.sender} | {email.subject}"
 
     def outcome(self) -> Outcome:
-        """Success: the answer is the ground truth, written any accepted way (`is_correct`). Score: 0 if wrong or never given; if
-        right, 0.7 + 0.3 * the Jaccard overlap of cited and true sources (`citation_overlap`).
+        """Success: the answer is the ground truth, written any accepted way (`is_correct`). Score: 0 if wrong or
+        never given; if right, 0.7 + 0.3 * the Jaccard overlap of cited and true sources (`citation_overlap`).
 
         The answer earns most of the score because it is what the user asked for; the citation part rewards
         grounding, and since missing *and* extra ids lower it, citing every email in sight does not pay. A

@@ -17,7 +17,6 @@ from agentic_rl_lab.grpo.loss import (
     LossStats,
     LossType,
     grpo_loss,
-    token_entropy,
     token_logprobs,
 )
 
@@ -32,6 +31,5 @@ __all__ = [
     "compute_advantages",
     "grpo_loss",
     "normalise_rewards",
-    "token_entropy",
     "token_logprobs",
 ]

@@ -70,8 +70,6 @@ class LossStats:
     """Mean importance ratio (the sequence ratio for GSPO). 1 on the first update of a batch."""
     kl: float | None
     """k3 estimate of KL(π_θ ‖ π_ref), mean over tokens; None when no `ref_logprobs` were given."""
-    entropy: float | None
-    """Mean per-token entropy of the policy; None when no `entropy` was given."""
     num_tokens: int
     """Assistant tokens in the batch (the sum of `mask`)."""
     num_sequences: int
@@ -91,7 +89,6 @@ def grpo_loss(
     ref_logprobs: Tensor | None = None,
     importance_sampling_level: ImportanceSamplingLevel = "token",
     max_completion_length: int | None = None,
-    entropy: Tensor | None = None,
 ) -> tuple[Tensor, LossStats]:
     """The GRPO loss of a batch (a scalar to minimise) and its diagnostics; the variants are in the module doc.
 
@@ -107,9 +104,8 @@ def grpo_loss(
         ref_logprobs: (B, T) log π_ref of the sampled tokens; required if beta > 0, else only reported.
         importance_sampling_level: "token" (GRPO) or "sequence" (GSPO; not with cispo, as in TRL).
         max_completion_length: dr_grpo's constant per sequence; None means T (see the module doc).
-        entropy: (B, T) per-token entropy of the policy (`token_entropy`), only reported.
     """
-    _check_inputs(logprobs, old_logprobs, advantages, mask, ref_logprobs, entropy, beta)
+    _check_inputs(logprobs, old_logprobs, advantages, mask, ref_logprobs, beta)
     check_loss_options(loss_type, importance_sampling_level, epsilon, epsilon_high, max_completion_length)
     eps_low, eps_high = epsilon, epsilon if epsilon_high is None else epsilon_high
     mask = mask.to(logprobs.dtype)
@@ -149,7 +145,7 @@ def grpo_loss(
     else:  # dapo, cispo
         loss = per_token_loss.sum() / mask.sum().clamp(min=1)
 
-    stats = _loss_stats(ratio, log_ratio, advantages, mask, per_token_kl, entropy, loss_type, eps_low, eps_high)
+    stats = _loss_stats(ratio, log_ratio, advantages, mask, per_token_kl, loss_type, eps_low, eps_high)
     return loss, stats
 
 
@@ -167,7 +163,6 @@ def _loss_stats(
     advantages: Tensor,
     mask: Tensor,
     per_token_kl: Tensor | None,
-    entropy: Tensor | None,
     loss_type: str,
     eps_low: float,
     eps_high: float,
@@ -189,7 +184,6 @@ def _loss_stats(
         approx_kl=masked_mean(token_ratio - 1 - log_ratio),
         ratio_mean=masked_mean(ratio),
         kl=None if per_token_kl is None else masked_mean(per_token_kl),
-        entropy=None if entropy is None else masked_mean(entropy.detach()),
         num_tokens=int(num_tokens.item()),
         num_sequences=ratio.shape[0],
     )
@@ -209,14 +203,6 @@ def token_logprobs(logits: Tensor, input_ids: Tensor, temperature: float = 1.0) 
     return logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
 
 
-def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
-    """Entropy -Σ p log p of each next-token distribution, (B, L, V) -> (B, L - 1), aligned like
-    `token_logprobs`. A diagnostic: entropy collapsing towards 0 means the policy stopped exploring."""
-    _check_logits(logits, temperature)
-    logp = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
-    return -(logp.exp() * logp).sum(-1)
-
-
 # ----- input checks -----------------------------------------------------------------------------------------------
 def _check_inputs(
     logprobs: Tensor,
@@ -224,7 +210,6 @@ def _check_inputs(
     advantages: Tensor,
     mask: Tensor,
     ref_logprobs: Tensor | None,
-    entropy: Tensor | None,
     beta: float,
 ) -> None:
     if logprobs.dim() != 2 or not logprobs.is_floating_point():
@@ -232,7 +217,7 @@ def _check_inputs(
             f"logprobs must be a float tensor of shape (B, T), got {logprobs.dtype} {tuple(logprobs.shape)}"
         )
     shape = tuple(logprobs.shape)
-    named = {"old_logprobs": old_logprobs, "mask": mask, "ref_logprobs": ref_logprobs, "entropy": entropy}
+    named = {"old_logprobs": old_logprobs, "mask": mask, "ref_logprobs": ref_logprobs}
     for name, tensor in named.items():
         if tensor is not None and tuple(tensor.shape) != shape:
             raise ValueError(f"{name} has shape {tuple(tensor.shape)}, expected {shape} like logprobs")

@@ -503,7 +503,7 @@ def _truncate_jsonl(path: Path, keep: Callable[[dict], bool]) -> None:
 
 
 def _present(stats: LossStats) -> dict[str, float]:
-    """The loss diagnostics that were computed (KL only with a reference, entropy only when asked), as floats."""
+    """The loss diagnostics that were computed (KL only with a reference), as floats."""
     return {name: float(value) for name, value in dataclasses.asdict(stats).items() if value is not None}
 
 

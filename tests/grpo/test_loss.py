@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from agentic_rl_lab.grpo import grpo_loss, token_entropy, token_logprobs
+from agentic_rl_lab.grpo import grpo_loss, token_logprobs
 
 LOSS_VARIANTS = [
     ("grpo", "token"),
@@ -261,15 +261,6 @@ def test_per_token_advantages_give_each_turn_its_own_credit():
     torch.testing.assert_close(grad_of(loss, logprobs), torch.tensor([[-1 / 3, -1 / 3, 2 / 3]], dtype=torch.float64))
 
 
-def test_entropy_is_reported_as_a_masked_mean():
-    logprobs = leaf([[-1.0, -1.0, -1.0]])
-    entropy = torch.tensor([[1.0, 3.0, 100.0]])
-    _, stats = grpo_loss(logprobs, logprobs.detach(), torch.ones(1), torch.tensor([[1, 1, 0]]), entropy=entropy)
-    assert stats.entropy == pytest.approx(2.0)
-    _, stats = grpo_loss(logprobs, logprobs.detach(), torch.ones(1), torch.ones(1, 3))
-    assert stats.entropy is None and stats.kl is None
-
-
 @pytest.mark.parametrize("where", [(0, 1), (1, 2)])  # an assistant token, and a masked one
 def test_nan_inputs_are_not_silently_masked(where):
     logprobs = leaf([[-1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]])
@@ -303,7 +294,7 @@ def test_invalid_inputs_are_refused_with_a_clear_message():
             grpo_loss(**kwargs)
 
 
-# ----- log-probs and entropy from logits -----------------------------------------------------------------------------
+# ----- log-probs from logits -----------------------------------------------------------------------------
 def test_token_logprobs_are_next_token_log_softmax_with_temperature():
     # One sequence of 3 tokens [1, 0, 1] over a vocabulary of 2. Position t predicts token t + 1:
     #   position 0, logits [0, 0], next token 0: log(1/2) = -ln 2
@@ -315,9 +306,6 @@ def test_token_logprobs_are_next_token_log_softmax_with_temperature():
     torch.testing.assert_close(token_logprobs(logits, ids), torch.tensor([[-math.log(2), -math.log(4)]]))
     at_2 = token_logprobs(logits, ids, temperature=2.0)
     torch.testing.assert_close(at_2, torch.tensor([[-math.log(2), -math.log(1 + math.sqrt(3))]]))
-    # Entropy: ln 2 at position 0; -(3/4 ln 3/4 + 1/4 ln 1/4) = 0.5623 at position 1.
-    expected_entropy = [[math.log(2), -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))]]
-    torch.testing.assert_close(token_entropy(logits), torch.tensor(expected_entropy))
     with pytest.raises(ValueError, match="temperature must be > 0"):
         token_logprobs(logits, ids, temperature=0.0)
     with pytest.raises(ValueError, match="input_ids has shape"):
