@@ -23,7 +23,6 @@ Target (issue 22): at most 1.0 in both settings; aim 0.8.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import platform
 import statistics
