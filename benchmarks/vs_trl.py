@@ -169,8 +169,9 @@ def run_trl(setting: str, steps: int, work: Path) -> list[dict[str, float]]:
             finally:
                 rollout_seconds[0] += time.perf_counter() - started
 
-        trainer = TRLTrainer(model=model, processing_class=tokenizer, reward_funcs=judge_reward(ReferenceJudge()),
-                             args=args, train_dataset=scenario_dataset(env, seeds), rollout_func=timed_rollout)  # fmt: skip
+        reward = judge_reward(ReferenceJudge())
+        trainer = TRLTrainer(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
+                             train_dataset=scenario_dataset(env, seeds), rollout_func=timed_rollout)  # fmt: skip
     measured: list[dict[str, float]] = []
 
     class Timer(TrainerCallback):
