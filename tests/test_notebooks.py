@@ -5,13 +5,16 @@ notebook whose story still holds. Each one gets the small sizes below, injected 
 """
 
 import json
+import re
 from pathlib import Path
 
 import papermill
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-CPU_TINY = {"TIER": "cpu-tiny"}
+CPU_TINY = {"TIER": "cpu-tiny", "EXERCISES": "ci"}
+"""Every notebook runs on cpu-tiny, with its exercises in "ci" mode: each check must fail the untouched TODO, and
+each (hidden) solution must pass its check (agentic_rl_lab/exercises.py)."""
 PARAMETERS = {
     "01_agents_as_pomdps.ipynb": {**CPU_TINY, "NUM_SEEDS": 200},
     "02_collecting_trajectories.ipynb": {**CPU_TINY, "NUM_GENERATIONS": 4, "NUM_SCENARIOS": 4, "API_POLICY": "off"},
@@ -60,7 +63,6 @@ def test_notebook_has_a_tagged_parameters_cell_and_the_conventions(path):
     text = "".join("".join(c["source"]) for c in notebook["cells"])
     assert "colab.research.google.com" in text, "Open-in-Colab badge"
     assert "## Summary" in text and "## Exercises" in text
-    assert text.count("assert ") >= 2, "exercises check themselves with assert"
 
 
 @pytest.mark.parametrize("path", all_notebooks(), ids=lambda p: p.name)
@@ -78,3 +80,39 @@ def test_notebook_runs_on_cpu_tiny(path, tmp_path):
         progress_bar=False,
         execution_timeout=600,
     )
+
+
+def exercise_cells(notebook: dict) -> tuple[list[dict], dict[str, list[dict]]]:
+    """The code cells after "## Exercises", and, by exercise name, its cells: the one before its check, the check
+    (`exercises.check("1", ...)`) and the one after."""
+    cells = notebook["cells"]
+    start = next(i for i, cell in enumerate(cells) if "## Exercises" in "".join(cell["source"]))
+    code = [cell for cell in cells[start:] if cell["cell_type"] == "code"]
+    exercises = {}
+    for k, cell in enumerate(code):
+        found = re.search(r'^exercises\.check\("(\w+)"', "".join(cell["source"]), re.MULTILINE)
+        if found:
+            exercises[found[1]] = code[k - 1 : k + 2]
+    return code, exercises
+
+
+@pytest.mark.parametrize("path", all_notebooks(), ids=lambda p: p.name)
+def test_every_exercise_is_a_todo_a_check_and_a_hidden_solution(path):
+    notebook = json.loads(path.read_text())
+    (parameters,) = [c for c in notebook["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert 'EXERCISES = "learner"' in "".join(parameters["source"]), "a learner's checks fail until the TODO is done"
+    code, exercises = exercise_cells(notebook)
+    assert len(exercises) >= 2, f"{path.name}: at least two exercises"
+    for name, (todo, check, solution) in exercises.items():
+        todo_text, solution_text = "".join(todo["source"]), "".join(solution["source"])
+        assert 'raise NotImplementedError("TODO' in todo_text, f"exercise {name}: the cell before the check is a TODO"
+        for visible in (todo, check):
+            assert not visible["metadata"].get("jupyter", {}).get("source_hidden"), (
+                f"exercise {name}: shown, not hidden"
+            )
+        assert f'exercises.solution("{name}",' in solution_text, f"exercise {name}: the cell after the check solves it"
+        assert "NotImplementedError" not in solution_text
+        assert solution["metadata"].get("cellView") == "form", f"exercise {name}: solution collapsed in Colab"
+        assert solution["metadata"].get("jupyter", {}).get("source_hidden") is True, f"{name}: collapsed in JupyterLab"
+    assert "Exercises(EXERCISES)" in "".join(code[0]["source"])
+    assert "exercises.summary()" in "".join(code[-1]["source"]), "the last cell asserts that every exercise ran"
