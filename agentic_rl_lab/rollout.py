@@ -6,7 +6,8 @@ active trajectory in **lockstep**: at each turn it hands all their histories to 
 batched policy (a language model) generates every next action in a single forward pass per token.
 
 Failures are isolated. An environment or policy exception costs only the trajectory it happened in: it is
-recorded on its group and the rest carries on, until more have failed than `max_exceptions` allows.
+recorded on its group and the rest carries on, until more have failed than `max_exceptions` allows. A history that
+outgrows the policy's context window is not a failure: the episode ends there, truncated, and is kept.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ class Policy(Protocol):
         its action: only that trajectory then fails. Raising fails the whole call, which is retried per history.
         """
         ...
+
+
+class ContextFull(ValueError):
+    """A policy's history no longer fits its context window with room for the next turn. The rollout ends that
+    episode there, truncated like one that ran out of turns, with `metrics["context_full"]`: it is judged and
+    trained on like any other, instead of being lost."""
 
 
 class RolloutError(RuntimeError):
@@ -110,6 +117,7 @@ class _Episode:
     completions: list[Completion] = field(default_factory=list)
     errors: list[ActionError] = field(default_factory=list)
     truncated: bool = False
+    context_full: bool = False
 
 
 def _play_lockstep(
@@ -137,9 +145,12 @@ def _play_lockstep(
         still_active = []
         for episode, action in zip(active, actions):
             try:
-                if isinstance(action, BaseException):
+                if isinstance(action, ContextFull):
+                    done = _end_for_context(episode)
+                elif isinstance(action, BaseException):
                     raise action
-                done = _apply(episode, action)
+                else:
+                    done = _apply(episode, action)
                 if done:
                     finished[id(episode.group)].append((episode.member, _finish(episode)))
                     bar.update(1)
@@ -164,7 +175,8 @@ def _act_isolated(policy: Policy, histories: list[list[Message]], tools: list[di
     except Exception as batch_exc:
         if len(histories) == 1:
             return [batch_exc]
-        warnings.warn(f"batched policy call failed ({batch_exc!r}); retrying one history at a time", stacklevel=2)
+        if not isinstance(batch_exc, ContextFull):  # a full context ends an episode: expected, not worth a warning
+            warnings.warn(f"batched policy call failed ({batch_exc!r}); retrying one history at a time", stacklevel=2)
         results: list[Any] = []
         for history in histories:
             try:
@@ -196,10 +208,20 @@ def _apply(episode: _Episode, action: Action) -> bool:
     return result.done
 
 
+def _end_for_context(episode: _Episode) -> bool:
+    """End an episode whose next prompt does not fit: truncated, with a last message that says why, so a judge
+    reading the transcript knows it did not simply stop."""
+    text = "The episode ended here: the conversation no longer fits the model's context window."
+    episode.messages.append({"role": "user", "content": text})
+    episode.truncated = episode.context_full = True
+    return True
+
+
 def _finish(episode: _Episode) -> Trajectory:
     """Freeze a finished episode into a `Trajectory`, with its ground-truth outcome and metrics."""
     metrics: dict[str, float | int | bool] = dict(episode.env.metrics)
     metrics["truncated"] = episode.truncated
+    metrics["context_full"] = episode.context_full
     metrics["duration_s"] = time.perf_counter() - episode.started
     return Trajectory(
         env=episode.env.name,

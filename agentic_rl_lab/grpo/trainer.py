@@ -8,11 +8,13 @@ Each step:
 5. update the policy (`GRPOTrainer.update`, one numbered scroll): micro-batches, gradient accumulation, loss
    scaling in float16, gradient clipping, a guard against NaN/inf;
 6. write the step's metrics and trajectories;
-7. checkpoint (atomically) every `save_every` steps.
+7. checkpoint (atomically, with a SHA-256 of every file) every `save_every` steps.
 
 A held-out evaluation every `eval_every` steps uses the environment's ground truth, never the judge. Restarting
 the same run folder resumes from the last complete checkpoint: nothing is repeated, nothing is lost, and the
-logs written after that checkpoint are cut back so they show each step once.
+logs written after that checkpoint are cut back so they show each step once. A write that fails (a full disk)
+names its file and leaves the last checkpoint intact; a checkpoint or log line that is damaged stops the resume
+with the file (and line) named, instead of training on from it. `tests/reliability/` injects each of these faults.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import hashlib
 import json
 import math
 import os
 import random
 import shutil
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +51,12 @@ from agentic_rl_lab.trajectory import TrajectoryGroup, append_groups, iter_group
 
 EVAL_SEED_START = 1_000_000
 """Held-out scenarios are seeds from here on; training scenarios stay below it."""
+CHECKSUMS = "checksums.json"
+"""In every checkpoint, written last: the SHA-256 of each of its files, checked before a run resumes from it."""
+
+
+class CorruptCheckpoint(ValueError):
+    """A checkpoint file is missing or is not what was written (truncated, garbled): the run will not resume from it."""
 
 
 @dataclass
@@ -224,7 +234,7 @@ class GRPOTrainer:
         row["judge_skipped_groups"] = len(groups) - len(judged)
         for group in groups:
             group.metadata["step"] = step
-        append_groups(self.run_dir / "trajectories.jsonl", groups)
+        _write(self.run_dir / "trajectories.jsonl", lambda path: append_groups(path, groups))
 
         trajectories = [t for g in groups for t in g.trajectories]
         rewards = [t.reward for t in trajectories if t.reward is not None]
@@ -380,11 +390,8 @@ class GRPOTrainer:
 
     def _log(self, row: dict[str, float], eval_only: bool = False) -> None:
         row = {**row, "eval_only": eval_only}
+        _write(self.run_dir / "metrics.jsonl", lambda path: _append_line(path, json.dumps(row)))
         self.history.append(row)
-        with (self.run_dir / "metrics.jsonl").open("a") as file:
-            file.write(json.dumps(row) + "\n")
-            file.flush()
-            os.fsync(file.fileno())
 
     def _has_eval(self, step: int) -> bool:
         return any(r.get("eval_only") and r["step"] == step for r in self.history)
@@ -402,29 +409,35 @@ class GRPOTrainer:
     def _write_config(self) -> None:
         self._check_saved_config()  # again: another process may have started a run in this folder since
         work = self.run_dir / "config.json.tmp"  # then a rename: a crash never leaves half a config
-        work.write_text(json.dumps(dataclasses.asdict(self.config), indent=2) + "\n")
+        _write(work, lambda path: path.write_text(json.dumps(dataclasses.asdict(self.config), indent=2) + "\n"))
         os.replace(work, self.run_dir / "config.json")
 
     def save_checkpoint(self) -> Path:
-        """Weights, optimizer, RNG states, step and config, written to a temporary folder then renamed."""
+        """Weights, optimizer, RNG states, step and config, written to a temporary folder then renamed, with the
+        SHA-256 of every file (`CHECKSUMS`) written last. A write that fails removes the temporary folder and names
+        its file; the checkpoints before it are untouched."""
         folder = self.run_dir / "checkpoints"
         final = folder / f"step-{self.step:06d}"
         work = folder / f".tmp-step-{self.step:06d}"
         shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
-        self.model.save_pretrained(work / "model")
-        self.tokenizer.save_pretrained(work / "model")
-        torch.save(
-            {
-                "optimizer": self.optimizer.state_dict(),
-                "scaler": self.scaler.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "python_rng": random.getstate(),
-                "step": self.step,
-            },
-            work / "trainer_state.pt",
-        )
-        (work / "config.json").write_text(json.dumps(dataclasses.asdict(self.config), indent=2) + "\n")
+        config = json.dumps(dataclasses.asdict(self.config), indent=2) + "\n"
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": random.getstate(),
+            "step": self.step,
+        }
+        try:
+            work.mkdir(parents=True)
+            _write(work / "model", self.model.save_pretrained)
+            _write(work / "model", self.tokenizer.save_pretrained)
+            _write(work / "trainer_state.pt", lambda path: torch.save(state, path))
+            _write(work / "config.json", lambda path: path.write_text(config))
+            _write(work / CHECKSUMS, lambda path: path.write_text(json.dumps(_checksums(work), indent=1)))
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)  # half a checkpoint only takes up the space a rerun needs
+            raise
         shutil.rmtree(final, ignore_errors=True)
         os.rename(work, final)
         for old in sorted(folder.glob("step-*"))[: -self.config.keep_checkpoints]:
@@ -436,6 +449,7 @@ class GRPOTrainer:
         checkpoints = sorted((self.run_dir / "checkpoints").glob("step-*"))
         if checkpoints:
             latest = checkpoints[-1]
+            verify_checkpoint(latest, previous=checkpoints[-2] if len(checkpoints) > 1 else None)
             state = torch.load(latest / "trainer_state.pt", weights_only=False)
             load_weights(self.model, latest / "model")
             self.optimizer.load_state_dict(state["optimizer"])
@@ -444,18 +458,39 @@ class GRPOTrainer:
             torch.set_rng_state(state["torch_rng"])
             random.setstate(state["python_rng"])
             self.step = state["step"]
+        path = self.run_dir / "trajectories.jsonl"  # read first: a bad line raises before either log is rewritten
+        kept = [g for g in iter_groups(path) if g.metadata.get("step", 0) < self.step] if path.exists() else None
         _truncate_jsonl(self.run_dir / "metrics.jsonl", lambda row: row["step"] < self.step or row["eval_only"])
-        path = self.run_dir / "trajectories.jsonl"
-        if path.exists():
-            kept = [g for g in iter_groups(path) if g.metadata.get("step", 0) < self.step]
-            path.unlink()
-            append_groups(path, kept)
+        if kept is not None:
+            _replace(path, lambda work: append_groups(work, kept))
         metrics_path = self.run_dir / "metrics.jsonl"
         self.history = (
             [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
         )
         # An evaluation row logged with a step after the checkpoint belongs to the lost work: drop it too.
         self.history = [r for r in self.history if r["step"] <= self.step]
+
+
+def verify_checkpoint(folder: Path, previous: Path | None = None) -> None:
+    """Raise `CorruptCheckpoint`, naming the file, if a file of checkpoint `folder` is missing or differs from the
+    SHA-256 written with it: a truncated or garbled checkpoint would otherwise load (a flipped byte in the weights
+    loads without complaint) and the run would train on from it. `previous`: the checkpoint to fall back on."""
+    manifest = folder / CHECKSUMS
+    if not manifest.exists():
+        warnings.warn(f"{folder} has no {CHECKSUMS} (an older checkpoint): its files cannot be checked", stacklevel=2)
+        return
+    fallback = f"delete {folder} to resume from {previous}" if previous else f"delete {folder} to start the run over"
+    try:
+        expected = json.loads(manifest.read_text())
+    except ValueError as exc:
+        raise CorruptCheckpoint(f"{manifest} is not valid JSON ({exc}); {fallback}") from exc
+    for name, checksum in expected.items():
+        path = folder / name
+        problem = "is missing" if not path.is_file() else None
+        if problem is None and _sha256(path) != checksum:
+            problem = "does not match the SHA-256 written with it (truncated or garbled)"
+        if problem:
+            raise CorruptCheckpoint(f"checkpoint file {path} {problem}: refusing to resume from it; {fallback}")
 
 
 def load_weights(model: Any, folder: Path) -> None:
@@ -491,15 +526,69 @@ def evaluation_metrics(groups: list[TrajectoryGroup]) -> dict[str, float]:
 
 
 def _truncate_jsonl(path: Path, keep: Callable[[dict], bool]) -> None:
+    """Rewrite `path` (atomically) with the rows `keep` accepts. A torn last line, what a crash mid-write leaves, is
+    dropped with a warning; a bad line anywhere else raises, naming the file and line, and the file stays as it was."""
     if not path.exists():
         return
+    lines = path.read_text().splitlines(keepends=True)
     rows = []
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
         try:
             rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a torn last line from a crash
-            continue
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows if keep(r)))
+        except json.JSONDecodeError as exc:
+            if number == len(lines) and not line.endswith("\n"):
+                warnings.warn(f"{path}: line {number} is incomplete (an interrupted write); dropped it", stacklevel=3)
+                continue
+            raise ValueError(
+                f"{path}: line {number} is not valid JSON ({exc.msg}); repair or delete that line, then run again"
+            ) from exc
+    text = "".join(json.dumps(r) + "\n" for r in rows if keep(r))
+    _replace(path, lambda work: work.write_text(text))
+
+
+def _write(path: Path, write: Callable[[Path], Any]) -> None:
+    """`write(path)`, with a failure re-raised as an OSError that names `path`: a full disk or a read-only folder
+    otherwise often says only `[Errno 28] No space left on device`, or a library's own words, and not where."""
+    try:
+        write(path)
+    except Exception as exc:
+        raise OSError(
+            f"could not write {path} ({type(exc).__name__}: {exc}). The last complete checkpoint and the logs up to it "
+            "are intact: fix the cause (a full disk? a read-only folder?) and run again to resume from there"
+        ) from exc
+
+
+def _append_line(path: Path, line: str) -> None:
+    """Append one line and fsync it, so a crash loses at most the line being written."""
+    with path.open("a") as file:
+        file.write(line + "\n")
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def _replace(path: Path, write: Callable[[Path], Any]) -> None:
+    """Rewrite `path` by writing a temporary file beside it and renaming it over `path`: a crash in between leaves
+    the old file whole, never half of the new one."""
+    work = path.with_name(f".{path.name}.tmp")
+    work.unlink(missing_ok=True)
+    _write(work, write)
+    os.replace(work, path)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _checksums(folder: Path) -> dict[str, str]:
+    """The SHA-256 of every file under `folder`, by path relative to it."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != CHECKSUMS)
+    return {p.relative_to(folder).as_posix(): _sha256(p) for p in files}
 
 
 def _present(stats: LossStats) -> dict[str, float]:

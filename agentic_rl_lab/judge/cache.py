@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +43,19 @@ class JudgeCache:
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The stored reply for `key`, or None. An unreadable entry (a torn write) counts as a miss."""
+        """The stored reply for `key`, or None. An entry that cannot be read is a miss, with a warning that names
+        its file: `put` renames whole files into place, so a damaged entry is not a torn write, and the new answer
+        will replace it."""
         path = self._path(key)
         try:
             value = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            if not isinstance(value, dict):
+                raise ValueError(f"a JSON {type(value).__name__}, not an object")
+        except FileNotFoundError:
+            self.misses += 1
+            return None
+        except (OSError, ValueError) as exc:
+            warnings.warn(f"{path}: unreadable judge cache entry ({exc}); asking the judge again", stacklevel=2)
             self.misses += 1
             return None
         self.hits += 1

@@ -44,7 +44,7 @@ import torch
 from agentic_rl_lab.chat import END_OF_TURN, extend_prompt, parse_assistant_text, splice_sampled_tokens
 from agentic_rl_lab.envs.base import Message
 from agentic_rl_lab.models import for_inference, reuse_kv_cache
-from agentic_rl_lab.rollout import Action
+from agentic_rl_lab.rollout import Action, ContextFull
 
 
 @dataclass
@@ -202,7 +202,8 @@ class HFPolicy:
     def prompt_ids(self, history: list[Message], tools: list[dict[str, Any]] | None) -> list[int]:
         """The tokens the model reads: the history rendered by the chat template, ending `<|im_start|>assistant\\n`.
 
-        Raises ValueError if the prompt plus `max_new_tokens` would not fit in the model's context.
+        Raises `ContextFull` (a ValueError) if the prompt plus `max_new_tokens` would not fit in the model's context:
+        the rollout then ends that episode, truncated.
         """
         keys = _digests(history)
         last = self.cache.get(keys[-1][1]) if keys else None
@@ -216,7 +217,7 @@ class HFPolicy:
                 history, tools=tools or None, add_generation_prompt=True, tokenize=True, return_dict=True
             )["input_ids"]
         if self.context_length is not None and len(ids) + self.max_new_tokens > self.context_length:
-            raise ValueError(
+            raise ContextFull(
                 f"a history of {len(history)} messages is {len(ids)} tokens; with max_new_tokens="
                 f"{self.max_new_tokens} it exceeds the model's context of {self.context_length} tokens. Use fewer "
                 "turns (the environment's max_turns), a smaller max_new_tokens, or a model with a longer context."
