@@ -98,10 +98,7 @@ def make_rollout_func(
         out |= {"trajectory": [], "group": []}
         was_training = model.training
         try:
-            groups = [
-                collect_groups(env, policy, [seed], size, max_exceptions=max_exceptions, progress=False)[0]
-                for (_, seed), size in runs
-            ]
+            groups = _play(env, policy, runs, max_exceptions)
         finally:  # HFPolicy switched to sampling mode; TRL's loss must run in the mode it left (and logs by it)
             if was_training:
                 for_training(model)
@@ -130,6 +127,19 @@ def token_fields(trajectory: Trajectory, tokenizer: Any) -> tuple[list[int], lis
         sequence.sampled_logprobs[start:],
         sequence.assistant_mask[start:],
     )
+
+
+def _play(env: Environment, policy: HFPolicy, runs: list[tuple[tuple[str, int], int]], max_exceptions: int | float
+          ) -> list[TrajectoryGroup]:  # fmt: skip
+    """One group per run, in order. Runs of one size are played together, in lockstep (one `generate` call per
+    turn for all of them): group by group would take several times longer."""
+    groups: dict[int, TrajectoryGroup] = {}
+    for size in sorted({size for _, size in runs}):
+        indices = [i for i, (_, n) in enumerate(runs) if n == size]
+        seeds = [runs[i][0][1] for i in indices]
+        played = collect_groups(env, policy, seeds, size, max_exceptions=max_exceptions, progress=False)
+        groups |= dict(zip(indices, played))
+    return [groups[i] for i in range(len(runs))]
 
 
 def _runs(keys: list[tuple[str, int]]) -> list[tuple[tuple[str, int], int]]:
