@@ -351,12 +351,13 @@ HELD_OUT_SEED_START = 900_000_000
 _MARKUP = re.compile("|".join(re.escape(t) for t in (*SPECIAL_TOKENS, TOOL_CALL_START, TOOL_CALL_END)))
 
 
-def train_tokenizer(texts: Sequence[str], config: TinyConfig) -> Any:
+def train_tokenizer(texts: Sequence[str], config: TinyConfig, whole_words: Sequence[str] = ()) -> Any:
     """A byte-level BPE tokenizer trained on `texts`, wrapped as a `PreTrainedTokenizerFast` with the chat template.
 
     `<tool_call>` and `</tool_call>` are single, non-special tokens (so `decode(..., skip_special_tokens=True)`
-    keeps them); the end of a turn, `<|im_end|>`, is the eos token; padding is on the left, as batched
-    generation needs, and is saved in `tokenizer_config.json`.
+    keeps them), and so is each of `whole_words` (the tiny judge's trajectory ids); the end of a turn,
+    `<|im_end|>`, is the eos token; padding is on the left, as batched generation needs, and is saved in
+    `tokenizer_config.json`.
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
@@ -366,7 +367,7 @@ def train_tokenizer(texts: Sequence[str], config: TinyConfig) -> Any:
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=config.vocab_size - 2,  # room for the two tool-call tokens added below
+        vocab_size=config.vocab_size - 2,  # room for the two tool-call tokens added below (whole words come on top)
         min_frequency=2,
         special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
@@ -374,7 +375,8 @@ def train_tokenizer(texts: Sequence[str], config: TinyConfig) -> Any:
     )
     # Learn merges from the text between the markup, never across it: markup tokens are never split.
     tokenizer.train_from_iterator((piece for text in texts for piece in _MARKUP.split(text) if piece), trainer)
-    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in (TOOL_CALL_START, TOOL_CALL_END)])
+    added = (TOOL_CALL_START, TOOL_CALL_END, *whole_words)
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         eos_token=END_OF_TURN,
