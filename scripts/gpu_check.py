@@ -234,7 +234,7 @@ def check_logprob_gap(setup: Setup) -> dict[str, Any]:
     from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer
 
     loaded = setup.loaded
-    group = _sample(setup, seed=1)
+    group = _varied_sample(setup, first_seed=1)
     with tempfile.TemporaryDirectory() as run_dir:
         config = GRPOConfig(
             **{**_small_training(setup), "learning_rate": 5e-3}, steps=1, num_generations=4, eval_every=0
@@ -411,6 +411,18 @@ def _sample(setup: Setup, seed: int) -> Any:
 
     policy = HFPolicy(setup.loaded.model, setup.loaded.tokenizer, temperature=1.0, max_new_tokens=32, seed=seed)
     return collect_group(setup.small_env, policy, seed=seed, num_generations=4, progress=False)
+
+
+def _varied_sample(setup: Setup, first_seed: int, tries: int = 20) -> Any:
+    """A group whose trajectories are not all the same tokens. Identical members with different rewards have
+    advantages that sum to zero on every token, so the update would be a no-op and show nothing; a small model
+    playing the opening of guess_number at temperature 1 samples four identical trajectories about one time in
+    three."""
+    for seed in range(first_seed, first_seed + tries):
+        group = _sample(setup, seed)
+        if len({tuple(i for c in t.completions for i in c.token_ids) for t in group.trajectories}) > 1:
+            return group
+    raise RuntimeError(f"{tries} groups in a row were 4 identical trajectories: the model samples deterministically")
 
 
 def _gap(setup: Setup, group: Any) -> tuple[float, Any]:
