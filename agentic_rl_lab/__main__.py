@@ -147,9 +147,10 @@ def train(args: argparse.Namespace) -> None:
 
     import torch
 
-    from agentic_rl_lab.envs import make
+    from agentic_rl_lab.envs import ENVIRONMENTS, make
     from agentic_rl_lab.envs.guess_number import optimal_mean_guesses
     from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer
+    from agentic_rl_lab.judge.prompt import rubric_for
     from agentic_rl_lab.models import PROFILES, choose_tier, load_model
     from agentic_rl_lab.plots import plot_dashboard
     from agentic_rl_lab.rewards import judge_source, make_judge
@@ -163,11 +164,12 @@ def train(args: argparse.Namespace) -> None:
         config = GRPOConfig(**{**tier_defaults, **given})  # the tier's sampling and learning rate, unless a flag says
         source = judge_source(args.judge, profile.name)
         judge_settings = (source, args.judge, args.judge_noise, args.seed)
+        rubric = rubric_for(ENVIRONMENTS[args.env])  # the general rubric and the task's own criteria
         if source != "self":  # the judge's settings are checked before the model loads
-            judge, judge_said = make_judge(*judge_settings, loaded=None, batch_size=config.groups_per_step)
+            judge, judge_said = make_judge(*judge_settings, None, config.groups_per_step, rubric)
         loaded = load_model(profile, model_name=args.model_dir)  # a missing --model-dir fails before any loading
         if source == "self":  # the policy's own base model judges: it exists once loaded
-            judge, judge_said = make_judge(*judge_settings, loaded=loaded, batch_size=config.groups_per_step)
+            judge, judge_said = make_judge(*judge_settings, loaded, config.groups_per_step, rubric)
     except (ValueError, FileNotFoundError) as error:
         raise SystemExit(f"train: {error}") from None
     run_dir = Path(args.run_dir or f"runs/{args.env}-{args.tier}-{args.judge}")

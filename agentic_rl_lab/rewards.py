@@ -39,8 +39,11 @@ def judge_source(name: str, tier: str) -> str:
     )
 
 
-def make_judge(source: str, name: str, noise: float, seed: int, loaded: Any, batch_size: int) -> tuple[Any, str]:
-    """The judge `judge_source` chose, and one line that says which it is."""
+def make_judge(
+    source: str, name: str, noise: float, seed: int, loaded: Any, batch_size: int, rubric: str | None = None
+) -> tuple[Any, str]:
+    """The judge `judge_source` chose, and one line that says which it is. `rubric` (default: the general one, see
+    `judge.prompt.rubric_for` for a task's) is for the LLM judges but the tiny one, which was trained on its own."""
     from agentic_rl_lab import judge
 
     if source == "reference":
@@ -58,4 +61,4 @@ def make_judge(source: str, name: str, noise: float, seed: int, loaded: Any, bat
         backend = judge.HFJudgeBackend(loaded.model, loaded.tokenizer, model_name=model_name, batch_size=batch_size)
         said = f"the policy's own base model, {model_name}, {batch_size} groups per generate call"
     kind = judge.RelativeJudge if name == "relative" else judge.AbsoluteJudge
-    return kind(backend, on_failure="skip"), f"the {name} judge: {said}"
+    return kind(backend, rubric=rubric or judge.DEFAULT_RUBRIC, on_failure="skip"), f"the {name} judge: {said}"

@@ -105,6 +105,9 @@ class Environment(ABC):
     name: ClassVar[str]
     strategies: ClassVar[dict[str, Strategy]] = {}
     """Scripted policies for this task by name: "random" (random valid calls), and "expert" where one exists."""
+    rubric: ClassVar[str] = ""
+    """What good work means for this task, as bullet points an LLM judge adds to the general rubric (see
+    `agentic_rl_lab.judge.prompt.rubric_for`); empty when the general one says enough."""
     tools: list[Tool]
     max_turns: int
 

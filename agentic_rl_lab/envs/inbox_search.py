@@ -122,6 +122,11 @@ class InboxSearch(Environment):
     """Answer one question about Jordan Lee's inbox; each assistant message (one or more tool calls) is a turn."""
 
     name = "inbox_search"
+    rubric = """\
+- For this task, rank a right answer that cites the emails stating it above a right answer without them, and \
+both above a wrong answer, a guess, a list of candidates or no answer ("I could not find it." is no answer).
+- An answer is right when an email the agent read states it, and no later email it read corrects it.
+- Among equally good answers, fewer tool calls rank higher: reading an email the answer does not need is waste."""
 
     def __init__(
         self,
@@ -299,6 +304,55 @@ def expert(history: list[Message], rng: random.Random) -> Message:
     return tool_call_message("answer", {"text": stating[-1][2], "source_ids": [i for _, i, _ in stating]}, call_id)
 
 
+EARLY_ANSWER_RATE = 0.4
+"""How often `mediocre` gives up right after its search instead of reading."""
+EXTRA_READ_RATE = 0.3
+"""How often `mediocre` reads one more listed email, needed or not, before it answers."""
+
+
+def mediocre(history: list[Message], rng: random.Random) -> Message:
+    """A coherent but careless agent, the demonstrator a warm start imitates: it searches for the question's entity
+    as `expert` does, then 40% of the time gives up at once ("I could not find it."); otherwise it reads the first
+    result that names the entity, sometimes one more result it does not need, and answers like `expert` from what
+    it read.
+
+    Why this one: every step is a copy a small model can learn (the entity from the question, an id from the search
+    reply, the `Label:` line's value from the email), and the mistakes are choices, not skills. It succeeds on about
+    half the questions; reading before answering, every time, is the headroom RL can take, and the unneeded reads
+    are tool calls a judge that counts them can teach it to drop.
+    """
+    call_id = f"call_{len(history)}"
+    parsed = parse_question(_question(history))
+    if parsed is None:
+        return tool_call_message("answer", {"text": "I don't know.", "source_ids": []}, call_id)
+    entity, label = parsed
+    exchanges = tool_exchanges(history)
+    searches = [reply for name, _, reply in exchanges if name == "search_inbox"]
+    if not searches:
+        return tool_call_message("search_inbox", {"keywords": entity.split()[:5], "max_results": 5}, call_id)
+    read = {args["id"]: reply for name, args, reply in exchanges if name == "read_email" and reply.startswith("ID:")}
+    listed = [email_id for email_id, _ in search_results(searches[-1])]
+    entity_words = set(search_words(entity))
+    naming = [email_id for email_id, line in search_results(searches[-1]) if entity_words <= set(search_words(line))]
+    if not read:
+        if not naming or rng.random() < EARLY_ANSWER_RATE:
+            return tool_call_message("answer", {"text": "I could not find it.", "source_ids": []}, call_id)
+        return tool_call_message("read_email", {"id": naming[0]}, call_id)
+    unread = [email_id for email_id in listed if email_id not in read]
+    if len(read) == 1 and unread and rng.random() < EXTRA_READ_RATE:
+        return tool_call_message("read_email", {"id": rng.choice(unread)}, call_id)
+    stating = []  # (date, id, value) for every read email that states the fact
+    for email_id, text in read.items():
+        fact = re.search(rf"^{re.escape(label)}: (.+)$", text, flags=re.MULTILINE)
+        sent = re.search(r"^Date: (.+)$", text, flags=re.MULTILINE)
+        if fact and sent and entity_words <= set(search_words(text)):
+            stating.append((sent.group(1), email_id, fact.group(1)))
+    if not stating:
+        return tool_call_message("answer", {"text": "I could not find it.", "source_ids": []}, call_id)
+    stating.sort()
+    return tool_call_message("answer", {"text": stating[-1][2], "source_ids": [i for _, i, _ in stating]}, call_id)
+
+
 def random_valid(history: list[Message], rng: random.Random) -> Message:
     """A valid call every turn, chosen at random: search with words of the question, read an id some search
     listed, and, more likely the longer the episode runs, answer with a word from an email it read."""
@@ -319,4 +373,4 @@ def random_valid(history: list[Message], rng: random.Random) -> Message:
     return tool_call_message("search_inbox", {"keywords": keywords, "max_results": rng.randint(1, 10)}, call_id)
 
 
-InboxSearch.strategies = {"random": random_valid, "expert": expert}
+InboxSearch.strategies = {"random": random_valid, "mediocre": mediocre, "expert": expert}

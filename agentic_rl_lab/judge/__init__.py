@@ -23,12 +23,13 @@ from agentic_rl_lab.judge.backends import (
 from agentic_rl_lab.judge.base import GroupJudge, JudgeAttempt, JudgeCall, JudgeError, JudgeRecord, judge_usage
 from agentic_rl_lab.judge.cache import JudgeCache
 from agentic_rl_lab.judge.judgment import InvalidJudgment, read_judgment
-from agentic_rl_lab.judge.prompt import DEFAULT_RUBRIC
+from agentic_rl_lab.judge.prompt import DEFAULT_RUBRIC, rubric_for
 from agentic_rl_lab.judge.reference import ReferenceJudge
 from agentic_rl_lab.judge.relative import RelativeJudge
 
 __all__ = [
     "DEFAULT_RUBRIC",
+    "rubric_for",
     "AbsoluteJudge",
     "BackendError",
     "BackendReply",

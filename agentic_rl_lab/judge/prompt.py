@@ -29,7 +29,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from agentic_rl_lab.envs.base import Message
+from agentic_rl_lab.envs.base import Environment, Message
 
 DEFAULT_RUBRIC = """\
 - A trajectory that achieves its goal should always score significantly higher than one that does not.
@@ -39,6 +39,16 @@ that achieves it less efficiently.
 - If no trajectory achieves the goal, give partial credit for progress toward it."""
 """RULER's four grading standards, in our words: success far above failure, efficient success above slow
 success, gaps proportional to quality, partial credit for progress."""
+
+
+def rubric_for(env: Environment | type[Environment]) -> str:
+    """The general rubric, followed by the task's own criteria (`env.rubric`) when it has some.
+
+    RULER's standards are general on purpose: the judge works out what the goal was from the trajectories. A
+    task whose quality the goal alone does not explain (which answer counts, what a wasted call is) says so here.
+    """
+    return f"{DEFAULT_RUBRIC}\n{env.rubric.strip()}" if env.rubric.strip() else DEFAULT_RUBRIC
+
 
 DATA_TAGS = ("context", "available_tools", "trajectory")
 """The tags that delimit data in a judge prompt."""

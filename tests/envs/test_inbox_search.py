@@ -125,6 +125,27 @@ def test_random_strategy_makes_only_valid_calls_and_rarely_succeeds():
     assert successes <= 8
 
 
+def test_mediocre_gives_up_or_answers_from_what_it_read_and_succeeds_about_half_the_time():
+    """The warm start's demonstrator: headroom for RL (it gives up ~40% of the time), yet it never answers
+    anything but a value it read, so imitating it teaches every skill the task needs."""
+    outcomes, gave_up = [], 0
+    for seed in range(300):
+        env = InboxSearch()
+        history = play(env, "mediocre", seed)
+        exchanges = tool_exchanges(history)
+        assert env.metrics["invalid_actions"] == 0 and exchanges[0][0] == "search_inbox"
+        name, arguments, _ = exchanges[-1]
+        assert name == "answer" and len(exchanges) <= 4  # a search, one or two reads, the answer
+        read = "\n".join(reply for tool, _, reply in exchanges if tool == "read_email")
+        if arguments["text"] == "I could not find it.":
+            gave_up += not read
+        else:
+            assert f": {arguments['text']}\n" in read + "\n"  # a value of a `Label: value` line it read
+        outcomes.append(env.outcome())
+    assert 0.3 <= gave_up / 300 <= 0.5
+    assert 0.35 <= sum(outcome.success for outcome in outcomes) / 300 <= 0.6
+
+
 def _mentions(text: str, question: Question) -> bool:
     return any(truth.lower() in text.lower() for truth in [question.answer, *question.aliases])
 

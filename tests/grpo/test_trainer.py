@@ -328,7 +328,8 @@ def test_the_train_command_picks_the_tiers_judge_and_says_which(monkeypatch, sma
     """`--judge relative`: an endpoint when one is configured; else, on a GPU tier, the policy's own base model
     (adapters off), batched over the step's groups; on a CPU tier the tiny judge, and without it a refusal before
     any model loads."""
-    from agentic_rl_lab.judge import HFJudgeBackend, RelativeJudge
+    from agentic_rl_lab.envs import InboxSearch
+    from agentic_rl_lab.judge import HFJudgeBackend, RelativeJudge, rubric_for
     from agentic_rl_lab.models import load_model
     from agentic_rl_lab.rewards import judge_source, make_judge
 
@@ -350,3 +351,5 @@ def test_the_train_command_picks_the_tiers_judge_and_says_which(monkeypatch, sma
     assert isinstance(judge, RelativeJudge) and isinstance(judge.backend, HFJudgeBackend)
     assert judge.backend.max_concurrency == judge.max_concurrency == 8 and judge.backend.disable_adapters
     assert said.startswith("the relative judge: the policy's own base model")
+    inbox = make_judge("self", "relative", 0.0, 0, loaded, 8, rubric_for(InboxSearch))[0]
+    assert inbox.rubric.startswith(judge.rubric) and "I could not find it." in inbox.rubric

@@ -9,11 +9,13 @@ from hypothesis import strategies as st
 from agentic_rl_lab.envs.base import Outcome
 from agentic_rl_lab.judge import RelativeJudge, ScriptedBackend
 from agentic_rl_lab.judge.prompt import (
+    DEFAULT_RUBRIC,
     absolute_prompt,
     common_prefix_length,
     neutralize,
     relative_prompt,
     render_messages,
+    rubric_for,
     trajectory_ids,
 )
 from agentic_rl_lab.trajectory import Trajectory, TrajectoryGroup
@@ -145,3 +147,13 @@ def test_the_agent_turns_are_numbered_and_the_numbering_goes_on_after_a_shared_p
     for (id_, block), messages in zip(BLOCK.findall(user), lists):
         numbers = [int(n) for n in re.findall(r"\[assistant calls, turn (\d+)\]", block)]
         assert numbers == list(range(2, Trajectory(env="x", seed=0, messages=messages).num_turns + 1)), id_
+
+
+def test_a_task_rubric_follows_the_general_one_and_reaches_the_judge_prompt(groups) -> None:
+    from agentic_rl_lab.envs import GuessNumber, InboxSearch
+
+    assert rubric_for(GuessNumber()) == DEFAULT_RUBRIC  # no criteria of its own
+    inbox = rubric_for(InboxSearch)
+    assert inbox.startswith(DEFAULT_RUBRIC + "\n- ") and "fewer tool calls" in inbox
+    system = RelativeJudge(ScriptedBackend([]), cache=None, rubric=inbox).prompt(groups[0])[0]["content"]
+    assert "a list of candidates or no answer" in system and DEFAULT_RUBRIC in system

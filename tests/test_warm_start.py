@@ -1,0 +1,82 @@
+"""`warm_start`: SFT on a scripted demonstrator makes the model more likely to act as the demonstrator does, the
+result loads like any model, the same call is served from the cache, and a killed run resumes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from agentic_rl_lab.envs import GuessNumber, InboxSearch
+from agentic_rl_lab.tiny import Example, sft_loss, tokenize_episode
+from agentic_rl_lab.warm_start import WarmStartConfig, load_info, play_demonstrations, warm_start
+
+CONFIG = WarmStartConfig(strategy="expert", episodes=24, sft_steps=30, learning_rate=3e-3, warmup_steps=3)
+
+
+def demonstration_loss(path, env) -> float:
+    """The model's SFT loss on fresh demonstrations (other seeds than the training ones)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    demos = play_demonstrations(env, "expert", 8, seed=5)
+    batch = [Example(env.name, *tokenize_episode(tokenizer, t.messages, t.tools)) for t in demos]
+    with torch.no_grad():
+        return sft_loss(model, batch, tokenizer.pad_token_id).item()
+
+
+def test_warm_start_imitates_the_demonstrator_and_is_cached(small_model_dir, tmp_path) -> None:
+    env = GuessNumber()
+    path = warm_start(env, CONFIG, base=small_model_dir, root=tmp_path, progress=False)
+    info = load_info(path)
+    assert info["env"] == "guess_number" and len(info["losses"]) == 30
+    assert info["demonstrations"]["episodes"] == 24 and info["demonstrations"]["success_rate"] == 1.0
+    assert demonstration_loss(path, env) < 0.8 * demonstration_loss(small_model_dir, env)
+    assert not list(tmp_path.glob(".partial-*")) and not (path / "checkpoint.pt").exists()
+
+    stamp = (path / "model.safetensors").stat().st_mtime_ns
+    assert warm_start(env, CONFIG, base=small_model_dir, root=tmp_path, progress=False) == path
+    assert (path / "model.safetensors").stat().st_mtime_ns == stamp  # served from the cache, not retrained
+    other = warm_start(env, WarmStartConfig(**{**CONFIG.__dict__, "episodes": 20}), small_model_dir, tmp_path, False)
+    assert other != path  # other demonstrations, another model
+
+
+def test_a_killed_warm_start_resumes_from_its_checkpoint(small_model_dir, tmp_path, monkeypatch) -> None:
+    import agentic_rl_lab.tiny as tiny
+
+    env, real_loss, calls = GuessNumber(), tiny.sft_loss, []
+
+    def killed_at_step_28(*args):
+        calls.append(1)
+        if len(calls) == 28:  # after the checkpoint of step 25, before the end
+            raise KeyboardInterrupt
+        return real_loss(*args)
+
+    monkeypatch.setattr(tiny, "sft_loss", killed_at_step_28)
+    with pytest.raises(KeyboardInterrupt):
+        warm_start(env, CONFIG, base=small_model_dir, root=tmp_path, progress=False)
+    (partial,) = tmp_path.glob(".partial-*")
+    assert (partial / "checkpoint.pt").exists()
+    calls.clear()
+    path = warm_start(env, CONFIG, base=small_model_dir, root=tmp_path, progress=False)
+    assert len(calls) == 5 and len(load_info(path)["losses"]) == 30  # steps 26-30 only
+    monkeypatch.setattr(tiny, "sft_loss", real_loss)
+    fresh = warm_start(env, CONFIG, base=small_model_dir, root=tmp_path / "fresh", progress=False)
+    for name in ("model.safetensors",):  # as if it had never stopped
+        assert (path / name).read_bytes() == (fresh / name).read_bytes()
+
+
+def test_a_strategy_the_environment_lacks_and_a_too_long_demonstration_are_clear_errors(small_model_dir, tmp_path):
+    with pytest.raises(ValueError, match="guess_number has no scripted strategy 'hasty'.*expert"):
+        warm_start(GuessNumber(), WarmStartConfig(strategy="hasty"), base=small_model_dir, root=tmp_path)
+    config = json.loads((small_model_dir / "tokenizer_config.json").read_text())
+    config["model_max_length"] = 200
+    short = tmp_path / "short"
+    short.mkdir()
+    for item in small_model_dir.iterdir():
+        (short / item.name).write_bytes(item.read_bytes())
+    (short / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="tokens, more than the model's context \\(200\\)"):
+        warm_start(InboxSearch(), WarmStartConfig(strategy="expert", episodes=4), base=short, root=tmp_path)
