@@ -1,6 +1,6 @@
 """The lab's GRPO trainer against TRL's, step for step, on the same model and the same work.
 
-    .venv-trl/bin/python benchmarks/vs_trl.py     # writes benchmarks/results/vs_trl.json (~15 min on 2 cores)
+    .venv-trl/bin/python benchmarks/vs_trl.py     # writes benchmarks/results/vs_trl.json (~3 min on 2 cores)
 
 It runs in `.venv-trl` (made by `python3 scripts/lab.py test`), where TRL trains on a CPU (TRL >= 1.16; the 1.15
 of `.venv` cannot). Both trainers run in this one process, one after the other, each from a fresh copy of cpu-tiny
@@ -51,8 +51,9 @@ SETTINGS = {
     "single_turn": {"max_turns": 1, "max_new_tokens": 32, "temperature": 1.0},
     "multi_turn": {"max_turns": 12, "max_new_tokens": 32, "temperature": PROFILE.sampling["temperature"]},
 }
-"""Single turn samples at temperature 1: at the tier's 0.6 the first guess is nearly always the same, every group's
-rewards are equal, and the lab's trainer skips such an update (no signal) while TRL computes it anyway."""
+"""Single turn samples at temperature 1, yet cpu-tiny's first guess is 50 in every sample (measured: all 15 steps), so
+every group's rewards tie; the lab's trainer skips an update without signal while TRL computes it anyway, and the
+single-turn ratio compares the lab's rollout with TRL's whole step. Multi turn is the like-for-like figure."""
 
 
 # ----- the single-turn reward, one function for both trainers ---------------------------------------------------
