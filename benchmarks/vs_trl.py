@@ -44,7 +44,7 @@ from agentic_rl_lab.models import PROFILES, load_model
 from agentic_rl_lab.trajectory import TrajectoryGroup
 
 OUT = Path(__file__).parent / "results" / "vs_trl.json"
-WARMUP, MEASURED = 2, 5
+WARMUP, MEASURED = 2, 15
 GROUPS, NUM_GENERATIONS = 2, 8
 PROFILE = PROFILES["cpu-tiny"]
 SETTINGS = {
