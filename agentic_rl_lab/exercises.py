@@ -356,3 +356,72 @@ def check_resume(resume: Callable[[str], Any], run_dir: str, trainer: Any, steps
     assert after["reward_mean"].equals(before["reward_mean"]), "the metrics changed: it trained again"
     assert rollouts.read_text().count("\n") == written, "it wrote new rollouts: it trained again"
     print(f"resumed at step {resumed.step}: no new step, the metrics as they were")
+
+
+# ----- 06: your own environment -----------------------------------------------------------------------------------
+def _tool_exchanges(history: list[Message]) -> list[tuple[str, dict[str, Any], str]]:
+    from agentic_rl_lab.envs import tool_exchanges
+
+    return tool_exchanges(history)
+
+
+def check_search_expert(strategy: Strategy, env: Any, episodes: int = 300) -> None:
+    """Exercise 06.1: `strategy` plays the notebook's thermostat (any task with `low`, `high` and one integer
+    argument) as well as binary search: every episode found, every call valid, and on the same scenarios no more
+    turns on average than the check's own bisection. Rejects `stepping` (too many turns), a bisection that ignores
+    the replies or the range (it fails or wastes turns), and one that moves the wrong way on a reply."""
+
+    def reference(history: list[Message], rng: random.Random) -> Message:
+        low, high = env.low, env.high
+        for _, arguments, reply in _tool_exchanges(history):
+            value = next(iter(arguments.values()))
+            if reply.startswith("too cold"):
+                low = max(low, value + 1)
+            elif reply.startswith("too warm"):
+                high = min(high, value - 1)
+        return _same_call(env, (low + high) // 2, len(history))
+
+    played = play(env, strategy, range(episodes))
+    invalid = sum(e.invalid_actions for e in played)
+    assert invalid == 0, f"{invalid} invalid calls: every setting must be inside [{env.low}, {env.high}]"
+    failed = sum(not e.outcome.success for e in played)
+    assert failed == 0, f"{failed} of {episodes} episodes never found it: narrow the interval with every reply"
+    turns = statistics.mean(e.outcome.num_steps for e in played)
+    best = statistics.mean(e.outcome.num_steps for e in play(env, reference, range(episodes)))
+    assert turns <= best + 0.05, f"{turns:.2f} turns on average; binary search needs {best:.2f} on these scenarios"
+    print(f"{turns:.2f} turns on average, as binary search ({best:.2f})")
+
+
+def _same_call(env: Any, value: int, length: int) -> Message:
+    """The task's one tool, called with `value` as its one argument."""
+    from agentic_rl_lab.envs import tool_call_message
+
+    tool = env.tools[0]
+    (argument,) = tool.arguments.model_fields
+    return tool_call_message(tool.name, {argument: value}, f"call_{length}")
+
+
+def check_success_rate(
+    success_rate: Callable[[Any, int], float], model_dir: Any, env: Any, seeds: range, tier: str, seed: int,
+    episodes: int = 48,
+) -> None:  # fmt: skip
+    """Exercise 06.2: `success_rate(model_dir, episodes)` is the share of the first `episodes` held-out scenarios
+    that the model succeeds at, sampled with its tier's settings. Rejects a count instead of a share, the mean score
+    instead of success, and a figure 0.1 or more away from the check's own measurement on the same seeds."""
+    from agentic_rl_lab.models import load_model
+    from agentic_rl_lab.policies import HFPolicy
+    from agentic_rl_lab.rollout import collect_groups
+
+    episodes = min(episodes, len(seeds))
+    got = success_rate(model_dir, episodes)
+    assert isinstance(got, float) and 0.0 <= got <= 1.0, f"return a share between 0 and 1, got {got!r}"
+    loaded = load_model(tier, model_name=model_dir, add_lora=False)
+    policy = HFPolicy(loaded.model, loaded.tokenizer, **loaded.profile.sampling, seed=seed)
+    groups = collect_groups(env, policy, seeds[:episodes], 1, progress=False)
+    trajectories = [t for g in groups for t in g.trajectories]
+    expected = sum(t.outcome.success for t in trajectories) / episodes
+    score = statistics.mean(t.outcome.score for t in trajectories)
+    assert abs(got - expected) <= 0.1, f"{got:.3f}, but the model succeeds on {expected:.3f} of these scenarios" + (
+        " (that is its mean score: count successes)" if abs(got - score) < 1e-9 else ""
+    )
+    print(f"success rate {got:.3f} (the check measured {expected:.3f})")

@@ -280,7 +280,7 @@ def default_model_path(root: str | Path | None = None, progress: bool = True) ->
     return build_tiny_model(DEFAULT_CONFIG, root, progress)
 
 
-def export_model(source: str | Path, destination: str | Path) -> Path:
+def export_model(source: str | Path, destination: str | Path, info_file: str = "build_info.json") -> Path:
     """Copy the built model in `source` to `destination` with its weights in bfloat16, which halves the size;
     loaders read them back into float32 (`from_pretrained(..., dtype=torch.float32)`). Written to a temporary
     directory and renamed into place, replacing what was there."""
@@ -293,7 +293,7 @@ def export_model(source: str | Path, destination: str | Path) -> Path:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).to(torch.bfloat16)
         model.save_pretrained(work)
         AutoTokenizer.from_pretrained(source).save_pretrained(work)
-        shutil.copy(source / "build_info.json", work / "build_info.json")
+        shutil.copy(source / info_file, work / info_file)
         shutil.rmtree(destination, ignore_errors=True)
         os.rename(work, destination)
     finally:

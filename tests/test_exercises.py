@@ -335,3 +335,61 @@ def test_05_the_resume_check_wants_a_new_trainer_that_resumes_without_new_steps(
     assert "it trained again" in rejects(
         exercises.check_resume, lambda f: trains_again(f, reward=0.4), run_dir, trainer, 1
     )
+
+
+# ----- 06: your own environment -------------------------------------------------------------------------------------
+def notebook_thermostat():
+    """The `Thermostat` class as notebook 06 writes it (its cell, executed), with the notebook's two strategies."""
+    import json
+
+    notebook = json.loads((Path(__file__).parents[1] / "notebooks" / "06_your_own_environment.ipynb").read_text())
+    sources = ["".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    namespace: dict = {"tool_call_message": tool_call_message}  # imported by an earlier cell
+    exec(next(s for s in sources if s.lstrip().startswith("import random") and "class Thermostat" in s), namespace)
+    exec(next(s for s in sources if "def stepping" in s).split("HELD_OUT =")[0], namespace)
+    return namespace["Thermostat"]
+
+
+def test_06_the_search_expert_check_wants_binary_search():
+    thermostat = notebook_thermostat()
+    env = thermostat()
+
+    def bisecting(history, rng, nudge=0, wrong_way=False):
+        low, high = env.low, env.high
+        for _, arguments, reply in exercises._tool_exchanges(history):
+            cold = reply.startswith("too cold") != wrong_way
+            if reply.startswith("too"):
+                low, high = (
+                    (max(low, arguments["degrees"] + 1), high) if cold else (low, min(high, arguments["degrees"] - 1))
+                )
+        middle = min(env.high, max(env.low, (low + high) // 2 + nudge))
+        return tool_call_message("set_thermostat", {"degrees": middle}, f"call_{len(history)}")
+
+    exercises.check_search_expert(bisecting, env)
+    assert "binary search needs" in rejects(exercises.check_search_expert, thermostat.strategies["stepping"], env)
+    assert "never found it" in rejects(exercises.check_search_expert, lambda h, r: bisecting(h, r, wrong_way=True), env)
+    ignores = lambda h, r: tool_call_message("set_thermostat", {"degrees": 20}, f"call_{len(h)}")  # noqa: E731
+    assert "never found it" in rejects(exercises.check_search_expert, ignores, env)
+    outside = lambda h, r: tool_call_message("set_thermostat", {"degrees": 99}, f"call_{len(h)}")  # noqa: E731
+    assert "invalid calls" in rejects(exercises.check_search_expert, outside, env)
+
+
+def test_06_the_success_rate_check_wants_the_models_share_of_successes():
+    env = GuessNumber()
+    seeds = range(900_000_000, 900_000_100)
+
+    def measured(model_dir, episodes, what="success"):
+        from agentic_rl_lab.models import load_model
+        from agentic_rl_lab.policies import HFPolicy
+
+        loaded = load_model("cpu-tiny", model_name=model_dir, add_lora=False)
+        policy = HFPolicy(loaded.model, loaded.tokenizer, **loaded.profile.sampling, seed=0)
+        groups = collect_groups(env, policy, seeds[:episodes], 1, progress=False)
+        values = [getattr(t.outcome, what) for g in groups for t in g.trajectories]
+        return sum(values) / episodes if what == "success" else float(statistics.mean(values))
+
+    check = lambda answer: exercises.check_success_rate(answer, TINY_MODEL, env, seeds, "cpu-tiny", 0, 24)  # noqa: E731
+    check(measured)
+    assert "share between 0 and 1" in rejects(check, lambda d, n: float(measured(d, n) * n) + 1.0)
+    assert "count successes" in rejects(check, lambda d, n: measured(d, n, what="score"))
+    assert "the model succeeds on" in rejects(check, lambda d, n: measured(d, n) * 0.8)

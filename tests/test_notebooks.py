@@ -34,6 +34,16 @@ PARAMETERS = {
         "EVAL_EVERY": 2,
         "EVAL_EPISODES": 8,
     },
+    "06_your_own_environment.ipynb": {
+        **CPU_TINY,
+        "WARM_START_STEPS": 200,  # the default: fewer leave the model without the tool's name
+        "WARM_START_EPISODES": 600,
+        "STEPS": 2,
+        "GROUPS_PER_STEP": 2,
+        "NUM_GENERATIONS": 4,
+        "EVAL_EPISODES": 24,
+        "INBOX_EPISODES": 8,
+    },
 }
 
 

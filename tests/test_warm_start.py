@@ -3,6 +3,7 @@ result loads like any model, the same call is served from the cache, and a kille
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -41,6 +42,9 @@ def test_warm_start_imitates_the_demonstrator_and_is_cached(small_model_dir, tmp
     assert (path / "model.safetensors").stat().st_mtime_ns == stamp  # served from the cache, not retrained
     other = warm_start(env, WarmStartConfig(**{**CONFIG.__dict__, "episodes": 20}), small_model_dir, tmp_path, False)
     assert other != path  # other demonstrations, another model
+    observations = warm_start(env, dataclasses.replace(CONFIG, loss_on="episode"), small_model_dir, tmp_path, False)
+    counted = [load_info(p)["demonstrations"]["loss_tokens"] for p in (path, observations)]
+    assert counted[1] > 2 * counted[0]  # the replies' tokens count too
 
 
 def test_a_killed_warm_start_resumes_from_its_checkpoint(small_model_dir, tmp_path, monkeypatch) -> None:
@@ -71,6 +75,8 @@ def test_a_killed_warm_start_resumes_from_its_checkpoint(small_model_dir, tmp_pa
 def test_a_strategy_the_environment_lacks_and_a_too_long_demonstration_are_clear_errors(small_model_dir, tmp_path):
     with pytest.raises(ValueError, match="guess_number has no scripted strategy 'hasty'.*expert"):
         warm_start(GuessNumber(), WarmStartConfig(strategy="hasty"), base=small_model_dir, root=tmp_path)
+    with pytest.raises(ValueError, match="loss_on must be 'assistant' or 'episode', got 'all'"):
+        warm_start(GuessNumber(), WarmStartConfig(strategy="expert", loss_on="all"), small_model_dir, tmp_path)
     config = json.loads((small_model_dir / "tokenizer_config.json").read_text())
     config["model_max_length"] = 200
     short = tmp_path / "short"

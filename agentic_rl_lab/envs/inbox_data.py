@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
+import shutil
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -682,6 +684,24 @@ def write_inbox(
         lines = "".join(json.dumps(record.model_dump()) + "\n" for record in records)
         (directory / name).write_text(lines, encoding="utf-8", newline="\n")
     return emails, questions
+
+
+def practice_inboxes(count: int, root: str | Path) -> list[Path]:
+    """`count` other inboxes, from seeds 1 to `count`, written under `root` (once): the same kinds of thread and
+    question about other draws of entities and values. A warm start reads its demonstrations across them, so that
+    a small model cannot memorise one inbox's answers and has to learn to read them off the emails."""
+    directories = []
+    for seed in range(1, count + 1):
+        directory = Path(root) / f"inbox-seed-{seed}"
+        if not (directory / "questions.jsonl").is_file():
+            work = directory.with_name(f".{directory.name}-{os.getpid()}")
+            write_inbox(work, seed=seed)
+            if directory.exists():  # another process wrote it meanwhile
+                shutil.rmtree(work)
+            else:
+                os.replace(work, directory)
+        directories.append(directory)
+    return directories
 
 
 def load_inbox(directory: str | Path = DEFAULT_DATA_DIR) -> tuple[list[Email], list[Question]]:

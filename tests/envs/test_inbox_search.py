@@ -310,3 +310,19 @@ def test_constructor_rejects_unknown_split_and_question():
         InboxSearch(split="validation")
     with pytest.raises(ValueError, match="no question"):
         InboxSearch(question_id="q9999")
+
+
+def test_practice_inboxes_are_other_draws_written_once(tmp_path):
+    from agentic_rl_lab.envs.inbox_data import practice_inboxes
+
+    first = practice_inboxes(2, tmp_path)
+    stamps = [(d / "emails.jsonl").stat().st_mtime_ns for d in first]
+    assert practice_inboxes(2, tmp_path) == first  # found, not written again
+    assert [(d / "emails.jsonl").stat().st_mtime_ns for d in first] == stamps
+    facts = [{(q.question, q.answer) for q in load_inbox(d)[1]} for d in first]
+    asked = [{question for question, _ in f} for f in facts]
+    # Many questions recur (the entities come from fixed lists), with other answers: nothing to memorise across them.
+    assert len(asked[0] & asked[1]) > 100 and len(facts[0] & facts[1]) < 0.1 * len(asked[0] & asked[1])
+    env = InboxSearch(split="train", data_dir=first[0])
+    play(env, "expert", seed=1)
+    assert env.outcome().success
