@@ -44,7 +44,12 @@ def test_warm_start_imitates_the_demonstrator_and_is_cached(small_model_dir, tmp
     assert other != path  # other demonstrations, another model
     observations = warm_start(env, dataclasses.replace(CONFIG, loss_on="episode"), small_model_dir, tmp_path, False)
     counted = [load_info(p)["demonstrations"]["loss_tokens"] for p in (path, observations)]
-    assert counted[1] > 2 * counted[0]  # the replies' tokens count too
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(small_model_dir)
+    masks = [tokenize_episode(tokenizer, t.messages, t.tools)[1] for t in play_demonstrations(env, "expert", 24, 0)]
+    # The assistant's tokens; then every token from the first action on, the replies' too.
+    assert counted == [sum(sum(m) for m in masks), sum(len(m) - m.index(True) for m in masks)]
 
 
 def test_a_killed_warm_start_resumes_from_its_checkpoint(small_model_dir, tmp_path, monkeypatch) -> None:
