@@ -16,37 +16,11 @@ The result is saved in the standard Hugging Face layout, so `AutoModelForCausalL
 `AutoTokenizer.from_pretrained(path)` load it like any Hub model. It is cached under a directory keyed by a hash
 of its config, built in a temporary directory and renamed into place, so a crash never leaves half a model.
 
-Why `repeating`, measured here (held-out seeds, temperature 1). A model of this size did not learn `mediocre` (a
-uniform guess inside the interval, 7.4 guesses) in 650-1,400 SFT steps, whatever the help (soft targets,
-sinusoidal number embeddings, the interval written out before each guess): 10-20% success, its guesses mostly
-outside the interval. Imitating plain binary search, 800 steps were enough for 100% teacher-forced accuracy at
-every depth: one tree, in which the model can find its node from the sequence of answers alone. Every mediocre
-demonstrator that puts other turns between the answers breaks that shortcut:
-
-| demonstrator | other environments' episodes | SFT steps | success |
-| --- | --- | --- | --- |
-| `hesitant` (an `interval()` turn before 30% of guesses) | 300 + 300 | 1,600 | 38-42% |
-| `repeating`, answers "higher" / "lower" | none | 800 | 22% |
-| `repeating`, answers "higher than 50" / "lower than 50" | none | 800 | 62% |
-| the same | 300 + 300 | 2,000 | 37% |
-| the same | 40 + 40 | 1,600 | 65% (500 seeds) |
-| the same, the default (the learning rate decaying to 2%, not 10%) | 40 + 40 | 2,000 | 66% (500 seeds) |
-
-(guess_number, 200 held-out seeds unless noted, temperature 1. The tier samples at 0.6, where the default model
-succeeds 87% of the time in 7.2 guesses: see `agentic_rl_lab.models.CPU_TINY_TEMPERATURE`.)
-
-Naming the guess in the answer helps because the next binary-search guess is then a function of the last message
-alone, which a repeat does not move. The other environments' demonstrations cost guess_number dearly (65% against
-37%), so the default keeps few of them: enough to learn their format, not to play them well. Teacher forced, the
-`hesitant` model followed the tree to depth 4 without error, then 96%, 68% and 33% at depths 5-7, on training
-episodes too: not memorisation, a wrong algorithm.
-
-SFT length. 1,600 steps with the learning rate decaying to 10% of its peak left the model undertrained: at
-temperature 0.6 it found the number in 83% of episodes (7.17 guesses, 300 held-out seeds), and most of its gap to
-binary search was failures, one wrong number at one node deep in the search, which GRPO meets too rarely to fix
-(see `benchmarks/grpo_learning.py`). 2,000 steps decaying to 2% (the default) reach 92% at 6.96 guesses, still
-near the demonstrator (7.33), so the repeats stay for GRPO to remove. The build took 2,731 s on 2 cores of an AMD
-EPYC without native bfloat16 (1.3-1.4 s a step); the 1,600-step build took 13 minutes on an Intel CPU with AMX.
+Why `repeating`: a 5M model learns a demonstrator whose next action follows from the last message or two (binary
+search names its node by the answers so far), not one that must reason over the whole history (`mediocre`'s uniform
+guess inside the interval). Few episodes of the other environments keep their format without costing guess_number;
+2,000 SFT steps leave the repeats for GRPO to remove. The measurements behind each choice are in
+`docs/tiny-model.md`; the build takes 45 minutes on 2 cores of an AMD EPYC without native bfloat16.
 
 Why Llama and not Qwen2: in transformers 5.x, `AutoTokenizer.from_pretrained(dir)` on a directory whose
 `config.json` says Qwen2 returns `Qwen2Tokenizer`, which silently swaps in Qwen's digit-splitting pre-tokenizer

@@ -94,7 +94,7 @@ removed the repeats, one decision per turn, which every group meets many times. 
 that fail (a wrong number deep in the search, then wandering to the 12-turn limit, 12 guesses each), which caps
 gap_closed near 0.65 at this success rate; 0.9 would need about 98.5%. Each failure is a wrong number at one node of
 the search tree, a rare state that GRPO meets a few times a run; a longer SFT lowers the rate but also sharpens the
-repeats away at temperature 0.6, taking GRPO's headroom with it (`agentic_rl_lab.tiny`).
+repeats away at temperature 0.6, taking GRPO's headroom with it (docs/tiny-model.md).
 
 Earlier settings, measured on the 1,600-step build (7.17 guesses, 83% success before; 300 held-out seeds), trained
 every weight, with worse results:

@@ -158,7 +158,7 @@ def repeating(history: list[Message], rng: random.Random, repeat_probability: fl
     from the last guess and its answer alone, the two messages right before the turn; a repeat keeps them there.
     `mediocre`'s uniform guess asks the model to compute the interval from the whole history, and `hesitant`'s
     `interval()` turns push the last guess back by a varying distance: a 5M model learned neither (measured, see
-    `agentic_rl_lab.tiny`). GRPO's headroom is one decision per turn: repeat, or move on.
+    docs/tiny-model.md). GRPO's headroom is one decision per turn: repeat, or move on.
     """
     guesses = [arguments.get("n") for name, arguments, _ in tool_exchanges(history) if name == "guess"]
     if guesses and isinstance(guesses[-1], int) and rng.random() < repeat_probability:
