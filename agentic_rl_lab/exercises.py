@@ -24,7 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl_lab.envs import Environment, FogMaze, GuessNumber, Message, Outcome, fog_maze
+from agentic_rl_lab.envs import (
+    Environment,
+    FogMaze,
+    GuessNumber,
+    Message,
+    Outcome,
+    fog_maze,
+    tool_call_message,
+    tool_exchanges,
+)
 from agentic_rl_lab.envs.guess_number import feasible_interval
 
 NOT_DONE = (AssertionError, NotImplementedError)
@@ -359,12 +368,6 @@ def check_resume(resume: Callable[[str], Any], run_dir: str, trainer: Any, steps
 
 
 # ----- 06: your own environment -----------------------------------------------------------------------------------
-def _tool_exchanges(history: list[Message]) -> list[tuple[str, dict[str, Any], str]]:
-    from agentic_rl_lab.envs import tool_exchanges
-
-    return tool_exchanges(history)
-
-
 def check_search_expert(strategy: Strategy, env: Any, episodes: int = 300) -> None:
     """Exercise 06.1: `strategy` plays the notebook's thermostat (any task with `low`, `high` and one integer
     argument) as well as binary search: every episode found, every call valid, and on the same scenarios no more
@@ -373,7 +376,7 @@ def check_search_expert(strategy: Strategy, env: Any, episodes: int = 300) -> No
 
     def reference(history: list[Message], rng: random.Random) -> Message:
         low, high = env.low, env.high
-        for _, arguments, reply in _tool_exchanges(history):
+        for _, arguments, reply in tool_exchanges(history):
             value = next(iter(arguments.values()))
             if reply.startswith("too cold"):
                 low = max(low, value + 1)
@@ -394,8 +397,6 @@ def check_search_expert(strategy: Strategy, env: Any, episodes: int = 300) -> No
 
 def _same_call(env: Any, value: int, length: int) -> Message:
     """The task's one tool, called with `value` as its one argument."""
-    from agentic_rl_lab.envs import tool_call_message
-
     tool = env.tools[0]
     (argument,) = tool.arguments.model_fields
     return tool_call_message(tool.name, {argument: value}, f"call_{length}")

@@ -35,28 +35,16 @@ from pathlib import Path
 import torch
 
 from agentic_rl_lab.envs import InboxSearch
-from agentic_rl_lab.grpo.trainer import EVAL_SEED_START, GRPOConfig, GRPOTrainer
+from agentic_rl_lab.grpo.trainer import EVAL_SEED_START, GRPOTrainer
 from agentic_rl_lab.judge import ReferenceJudge
-from agentic_rl_lab.models import PROFILES, load_model
+from agentic_rl_lab.models import load_model
 from agentic_rl_lab.warm_start import inbox_model_path, load_info
 
 sys.path.insert(0, str(Path(__file__).parent))
+from grpo_learning import CONFIG as GUESS_NUMBER_CONFIG  # noqa: E402
 from grpo_learning import cpu_name  # noqa: E402  (a sibling script, not a package)
 
-CONFIG = GRPOConfig(
-    **PROFILES["cpu-tiny"].sampling,
-    steps=60,
-    groups_per_step=8,
-    num_generations=8,
-    learning_rate=PROFILES["cpu-tiny"].learning_rate,
-    per_device_train_batch_size=16,
-    gradient_accumulation_steps=1,
-    loss_type="grpo",
-    scale_rewards="group",
-    beta=0.04,
-    eval_every=0,
-    save_every=1000,
-)
+CONFIG = GUESS_NUMBER_CONFIG
 """guess_number's learning settings (`benchmarks/grpo_learning.py`): the tier's LoRA adapters, 8 groups of 8 a
 step, 4 optimizer steps of 16 trajectories."""
 EVAL_EPISODES = 200

@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 
 from agentic_rl_lab import exercises
 from agentic_rl_lab.chat import END_OF_TURN, assistant_text
-from agentic_rl_lab.envs import GuessNumber, fog_maze, guess_number, tool_call_message
+from agentic_rl_lab.envs import GuessNumber, fog_maze, guess_number, tool_call_message, tool_exchanges
 from agentic_rl_lab.envs.guess_number import feasible_interval
 from agentic_rl_lab.judge import GroupJudge, JudgeCall, JudgeRecord, ReferenceJudge
 from agentic_rl_lab.policies import ScriptedPolicy
@@ -356,7 +356,7 @@ def test_06_the_search_expert_check_wants_binary_search():
 
     def bisecting(history, rng, nudge=0, wrong_way=False):
         low, high = env.low, env.high
-        for _, arguments, reply in exercises._tool_exchanges(history):
+        for _, arguments, reply in tool_exchanges(history):
             cold = reply.startswith("too cold") != wrong_way
             if reply.startswith("too"):
                 low, high = (

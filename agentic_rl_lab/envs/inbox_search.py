@@ -283,15 +283,18 @@ def expert(history: list[Message], rng: random.Random) -> Message:
         return tool_call_message("search_inbox", {"keywords": entity.split()[:5], "max_results": 10}, call_id)
 
     entity_words = set(search_words(entity))
-    read = {}  # id -> text of every email read so far
-    for name, args, reply in exchanges:
-        if name == "read_email" and reply.startswith("ID:"):
-            read[args["id"]] = reply
+    read = {args["id"]: reply for name, args, reply in exchanges if name == "read_email" and reply.startswith("ID:")}
     relevant = [email_id for email_id, line in search_results(searches[-1]) if entity_words <= set(search_words(line))]
     unread = [email_id for email_id in relevant if email_id not in read]
     if unread and len(read) < MAX_READS:
         return tool_call_message("read_email", {"id": unread[0]}, call_id)
 
+    return answer_from(read, label, entity_words, call_id)
+
+
+def answer_from(read: dict[str, str], label: str, entity_words: set[str], call_id: str) -> Message:
+    """Answer with the `Label: value` line of the newest read email about the entity that states it, citing every
+    read email that states it; "I could not find it." when none does."""
     stating = []  # (date, id, value) for every read email about the entity that states the fact
     for email_id, text in read.items():
         fact = re.search(rf"^{re.escape(label)}: (.+)$", text, flags=re.MULTILINE)
@@ -341,16 +344,7 @@ def mediocre(history: list[Message], rng: random.Random) -> Message:
     unread = [email_id for email_id in listed if email_id not in read]
     if len(read) == 1 and unread and rng.random() < EXTRA_READ_RATE:
         return tool_call_message("read_email", {"id": rng.choice(unread)}, call_id)
-    stating = []  # (date, id, value) for every read email that states the fact
-    for email_id, text in read.items():
-        fact = re.search(rf"^{re.escape(label)}: (.+)$", text, flags=re.MULTILINE)
-        sent = re.search(r"^Date: (.+)$", text, flags=re.MULTILINE)
-        if fact and sent and entity_words <= set(search_words(text)):
-            stating.append((sent.group(1), email_id, fact.group(1)))
-    if not stating:
-        return tool_call_message("answer", {"text": "I could not find it.", "source_ids": []}, call_id)
-    stating.sort()
-    return tool_call_message("answer", {"text": stating[-1][2], "source_ids": [i for _, i, _ in stating]}, call_id)
+    return answer_from(read, label, entity_words, call_id)
 
 
 def random_valid(history: list[Message], rng: random.Random) -> Message:
