@@ -59,6 +59,7 @@ from agentic_rl_lab.chat import (
 )
 from agentic_rl_lab.envs import ENVIRONMENTS, Message
 from agentic_rl_lab.envs.base import Strategy
+from agentic_rl_lab.seeds import demonstration_seeds
 
 BUILD_VERSION = 6
 """Part of the cache key. Bump it when a change to this module or to a demonstrator should invalidate old builds."""
@@ -307,21 +308,16 @@ def demonstrators(config: TinyConfig) -> list[tuple[str, str, int]]:
 def play_episodes(env_name: str, strategy: str, episodes: int, seed: int) -> list[tuple[list[Message], list[Any]]]:
     """`episodes` scripted episodes of one environment as (messages, tool schemas), one per scenario seed.
 
-    Scenario seeds are `seed * 1_000_000 + i`: demonstrations never use the held-out evaluation seeds
-    (`HELD_OUT_SEED_START` and up) as long as `seed` stays small.
+    Scenario seeds come from demonstration block `seed` (see `agentic_rl_lab.seeds`), never the held-out ones.
     """
     from agentic_rl_lab.policies.scripted import ScriptedPolicy
     from agentic_rl_lab.rollout import collect_groups
 
     env = ENVIRONMENTS[env_name]()
-    scenarios = range(seed * 1_000_000, seed * 1_000_000 + episodes)
+    scenarios = demonstration_seeds(seed, episodes)
     policy = ScriptedPolicy(env, strategy, seed=seed + 7919)  # not `seed`: the scenario RNG of episode 0 uses it
     groups = collect_groups(env, policy, scenarios, 1, progress=False)
     return [(t.messages, t.tools) for group in groups for t in group.trajectories]
-
-
-HELD_OUT_SEED_START = 900_000_000
-"""Scenario seeds from here on are never used for demonstrations: evaluate the tiny model on them."""
 
 
 # ----- 2. tokenizer ---------------------------------------------------------------------------------------------------
@@ -564,6 +560,8 @@ def sft_loss(model: Any, batch: Sequence[Example], pad_id: int) -> Any:
     for row, example in enumerate(batch):
         ids[row, : len(example.input_ids)] = torch.tensor(example.input_ids)
         counted[row, : len(example.input_ids)] = torch.tensor(example.assistant_mask)
+    device = model.get_input_embeddings().weight.device
+    ids, counted = ids.to(device), counted.to(device)
     hidden = model.model(input_ids=ids).last_hidden_state  # (batch, length, hidden)
     predicts_counted = counted[:, 1:]  # (batch, length - 1): does position t predict an assistant token?
     logits = model.lm_head(hidden[:, :-1][predicts_counted])  # (targets, vocab)
@@ -572,7 +570,7 @@ def sft_loss(model: Any, batch: Sequence[Example], pad_id: int) -> Any:
 
     # Soft targets: row i of `logprobs` is the i-th counted (example, position); find the rows that have one.
     row_of = torch.full(predicts_counted.shape, -1, dtype=torch.long)
-    row_of[predicts_counted] = torch.arange(len(loss))
+    row_of[predicts_counted.cpu()] = torch.arange(len(loss))
     rows, tokens, weights = [], [], []
     for b, example in enumerate(batch):
         for position, distribution in example.soft_targets.items():
@@ -581,8 +579,9 @@ def sft_loss(model: Any, batch: Sequence[Example], pad_id: int) -> Any:
                 tokens.append(token)
                 weights.append(probability)
     if rows:
-        rows_t = torch.tensor(rows)
-        soft = torch.zeros_like(loss).index_add(0, rows_t, -torch.tensor(weights) * logprobs[rows_t, tokens])
+        rows_t, tokens_t = torch.tensor(rows, device=device), torch.tensor(tokens, device=device)
+        weighted = -torch.tensor(weights, device=device) * logprobs[rows_t, tokens_t]
+        soft = torch.zeros_like(loss).index_add(0, rows_t, weighted)
         loss = torch.where(torch.zeros_like(loss, dtype=torch.bool).index_fill(0, rows_t, True), soft, loss)
     return loss.mean()
 
@@ -605,6 +604,7 @@ def train_sft(
 ) -> list[float]:
     """AdamW with linear warmup and cosine decay over `config.sft_steps` batches; returns the loss of each step.
 
+    It trains on the model's device: move the model to a GPU first and the same steps take seconds, not minutes.
     With `checkpoint` (a file), the state is saved there every `checkpoint_every` steps, and a rerun with the same
     arguments resumes from it: the same batches in the same order, as if it had never stopped."""
     import torch
@@ -624,10 +624,14 @@ def train_sft(
 
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, learning_rate)
     batches = sft_batches(examples, config.batch_tokens, rng)
-    autocast = native_bf16() if config.bf16_autocast is None else config.bf16_autocast
+    device = model.get_input_embeddings().weight.device
+    if device.type == "cuda":  # every CUDA GPU the lab supports computes bfloat16 natively
+        autocast = config.bf16_autocast is not False and torch.cuda.is_bf16_supported()
+    else:
+        autocast = native_bf16() if config.bf16_autocast is None else config.bf16_autocast
     losses: list[float] = []
     if checkpoint is not None and checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=False)
+        state = torch.load(checkpoint, weights_only=False, map_location=device)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
@@ -638,7 +642,7 @@ def train_sft(
     steps = range(len(losses), config.sft_steps)
     with tqdm(steps, desc="SFT of the tiny model", unit="step", disable=not progress, initial=len(losses)) as bar:
         for step in bar:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
                 loss = sft_loss(model, next(batches), pad_id)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
@@ -647,7 +651,7 @@ def train_sft(
             optimizer.zero_grad(set_to_none=True)
             losses.append(loss.item())
             bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.3f}", refresh=False)
-            if checkpoint is not None and (step + 1) % checkpoint_every == 0:
+            if checkpoint is not None and ((step + 1) % checkpoint_every == 0 or step + 1 == config.sft_steps):
                 state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "losses": losses}
                 torch.save({**state, "schedule": schedule.state_dict()}, checkpoint.with_suffix(".tmp"))
                 checkpoint.with_suffix(".tmp").replace(checkpoint)  # atomically: a kill never leaves half a file

@@ -38,9 +38,10 @@ import torch
 
 from agentic_rl_lab.envs import GuessNumber
 from agentic_rl_lab.envs.guess_number import optimal_mean_guesses
-from agentic_rl_lab.grpo.trainer import EVAL_SEED_START, GRPOConfig, GRPOTrainer
+from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer
 from agentic_rl_lab.judge import ReferenceJudge
 from agentic_rl_lab.models import PROFILES, load_model
+from agentic_rl_lab.seeds import HELD_OUT_SEED_START
 
 CONFIG = GRPOConfig(
     **PROFILES["cpu-tiny"].sampling,
@@ -223,7 +224,7 @@ def main() -> dict:
         "env": "guess_number",
         "tier": "cpu-tiny",
         "judge": "reference" if args.judge == "reference" else "tiny relative judge (agentic_rl_lab/data/tiny-judge)",
-        "eval_seeds": {"first": EVAL_SEED_START, "count": args.eval_seeds, "temperature": config.temperature},
+        "eval_seeds": {"first": HELD_OUT_SEED_START, "count": args.eval_seeds, "temperature": config.temperature},
         "config": dataclasses.asdict(config),
         "threads": torch.get_num_threads(),
         "cpu": cpu_name(),  # wall_seconds depend on it: about 2.5x apart between the CPUs measured

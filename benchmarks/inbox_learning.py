@@ -35,9 +35,10 @@ from pathlib import Path
 import torch
 
 from agentic_rl_lab.envs import InboxSearch
-from agentic_rl_lab.grpo.trainer import EVAL_SEED_START, GRPOTrainer
+from agentic_rl_lab.grpo.trainer import GRPOTrainer
 from agentic_rl_lab.judge import ReferenceJudge
 from agentic_rl_lab.models import load_model
+from agentic_rl_lab.seeds import HELD_OUT_SEED_START
 from agentic_rl_lab.warm_start import inbox_model_path, load_info
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -112,7 +113,7 @@ def main() -> dict:
             "ran": False,
             "why": "the tiny judge ranks at chance so far (docs/tiny-judge.md, issue 20); no LLM judge runs on CPU",
         },
-        "eval": {"split": "test", "first_seed": EVAL_SEED_START, "episodes": args.eval_episodes},
+        "eval": {"split": "test", "first_seed": HELD_OUT_SEED_START, "episodes": args.eval_episodes},
         "config": dataclasses.asdict(config),
         "threads": torch.get_num_threads(),
         "cpu": cpu_name(),

@@ -28,7 +28,8 @@ from agentic_rl_lab.envs import GuessNumber
 from agentic_rl_lab.models import PROFILES
 from agentic_rl_lab.policies import HFPolicy
 from agentic_rl_lab.rollout import collect_group
-from agentic_rl_lab.tiny import HELD_OUT_SEED_START, default_model_path, load_build_info, repository_path
+from agentic_rl_lab.seeds import HELD_OUT_SEED_START
+from agentic_rl_lab.tiny import default_model_path, load_build_info, repository_path
 
 GROUP_SIZE = 8
 REPEATS = 5

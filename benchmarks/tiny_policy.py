@@ -29,9 +29,9 @@ from agentic_rl_lab.envs.guess_number import optimal_mean_guesses
 from agentic_rl_lab.models import PROFILES
 from agentic_rl_lab.policies import HFPolicy, ScriptedPolicy
 from agentic_rl_lab.rollout import collect_groups
+from agentic_rl_lab.seeds import HELD_OUT_SEED_START, held_out_seeds
 from agentic_rl_lab.tiny import (
     DEFAULT_CONFIG,
-    HELD_OUT_SEED_START,
     build_tiny_model,
     default_model_path,
     load_build_info,
@@ -49,7 +49,7 @@ TARGETS = {"min_format_valid_turn_rate": 0.95, "min_success_rate": 0.80, "max_me
 
 
 def guess_seeds() -> range:
-    return range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + GUESS_SEEDS)
+    return held_out_seeds(GUESS_SEEDS)
 
 
 def evaluate(policy, env_name: str, seeds: range) -> dict:
@@ -117,7 +117,7 @@ def run(policy: HFPolicy, path: Path, info: dict) -> dict:
         }
     gap = abs(guess["mean_turns"] - baselines[demonstrator]["mean_guesses"])
     others = {
-        name: evaluate(policy, name, range(HELD_OUT_SEED_START, HELD_OUT_SEED_START + OTHER_SEEDS.get(name, 100)))
+        name: evaluate(policy, name, held_out_seeds(OTHER_SEEDS.get(name, 100)))
         for name in ENVIRONMENTS
         if name != "guess_number"
     }

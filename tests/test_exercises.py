@@ -19,6 +19,7 @@ from agentic_rl_lab.envs.guess_number import feasible_interval
 from agentic_rl_lab.judge import GroupJudge, JudgeCall, JudgeRecord, ReferenceJudge
 from agentic_rl_lab.policies import ScriptedPolicy
 from agentic_rl_lab.rollout import Action, collect_groups
+from agentic_rl_lab.seeds import held_out_seeds
 from agentic_rl_lab.trajectory import Completion, Trajectory, TrajectoryGroup, append_groups
 
 TINY_MODEL = Path(exercises.__file__).parent / "data" / "tiny-model"
@@ -376,7 +377,7 @@ def test_06_the_search_expert_check_wants_binary_search():
 
 def test_06_the_success_rate_check_wants_the_models_share_of_successes():
     env = GuessNumber()
-    seeds = range(900_000_000, 900_000_100)
+    seeds = held_out_seeds(100)
 
     def measured(model_dir, episodes, what="success"):
         from agentic_rl_lab.models import load_model

@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 from agentic_rl_lab import tiny
 from agentic_rl_lab.chat import CHAT_TEMPLATE, render
 from agentic_rl_lab.envs import ENVIRONMENTS, GuessNumber
+from agentic_rl_lab.seeds import HELD_OUT_SEED_START, demonstration_seeds
 from agentic_rl_lab.tiny import SMALL_CONFIG, TinyConfig, build_tiny_model, load_build_info, play_episodes
 
 MICRO = dataclasses.replace(
@@ -173,8 +174,9 @@ def test_demonstrations_are_reproducible_and_never_use_held_out_seeds():
     assert json.dumps(first) != json.dumps(play_episodes("guess_number", "mediocre", 5, seed=1))
     for config in (tiny.DEFAULT_CONFIG, SMALL_CONFIG):
         most = max([episodes for _, _, episodes in config.demonstrators] + [config.tokenizer_episodes])
-        # demonstrations use scenarios seed * 1e6 + i; the tokenizer's corpus (seed + 1) * 1e6 + i
-        assert (config.seed + 1) * 1_000_000 + most < tiny.HELD_OUT_SEED_START
+        # demonstrations play block `seed` of the seed plan, the tokenizer's corpus block `seed + 1`
+        for block in (config.seed, config.seed + 1):
+            assert demonstration_seeds(block, most)[-1] < HELD_OUT_SEED_START
 
 
 def test_demonstrations_too_long_for_the_context_are_a_clear_error(tmp_path):

@@ -11,7 +11,7 @@ import torch
 
 from agentic_rl_lab.envs import GuessNumber, InboxSearch
 from agentic_rl_lab.tiny import Example, sft_loss, tokenize_episode
-from agentic_rl_lab.warm_start import WarmStartConfig, load_info, play_demonstrations, warm_start
+from agentic_rl_lab.warm_start import WarmStartConfig, copy_drill, load_info, play_demonstrations, warm_start
 
 CONFIG = WarmStartConfig(strategy="expert", episodes=24, sft_steps=30, learning_rate=3e-3, warmup_steps=3)
 
@@ -75,6 +75,46 @@ def test_a_killed_warm_start_resumes_from_its_checkpoint(small_model_dir, tmp_pa
     fresh = warm_start(env, CONFIG, base=small_model_dir, root=tmp_path / "fresh", progress=False)
     for name in ("model.safetensors",):  # as if it had never stopped
         assert (path / name).read_bytes() == (fresh / name).read_bytes()
+
+
+def test_the_copy_drill_counts_only_tokens_a_copy_can_predict(small_model_dir) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(small_model_dir)
+    drills = copy_drill(tokenizer, 50, seed=3)
+    assert drills == copy_drill(tokenizer, 50, seed=3) and drills != copy_drill(tokenizer, 50, seed=4)
+    for drill in drills:
+        n = (len(drill.input_ids) - 1) // 2
+        first, separator, repeat = drill.input_ids[:n], drill.input_ids[n], drill.input_ids[n + 1 :]
+        assert first == repeat and 8 <= n <= 24 and separator not in first
+        assert not set(first) & set(tokenizer.all_special_ids)
+        # Counted: the repeat from its second token on, each one the token after an earlier copy of its predecessor.
+        assert [i for i, counted in enumerate(drill.assistant_mask) if counted] == list(range(n + 2, 2 * n + 1))
+
+
+def test_a_warm_start_killed_after_its_drill_does_not_drill_again(small_model_dir, tmp_path, monkeypatch) -> None:
+    import agentic_rl_lab.tiny as tiny
+
+    config = dataclasses.replace(CONFIG, copy_drill_steps=12)
+    env, real_loss, calls = GuessNumber(), tiny.sft_loss, []
+
+    def killed_in_the_demonstrations(*args):
+        calls.append(1)
+        if len(calls) == 12 + 28:
+            raise KeyboardInterrupt
+        return real_loss(*args)
+
+    monkeypatch.setattr(tiny, "sft_loss", killed_in_the_demonstrations)
+    with pytest.raises(KeyboardInterrupt):
+        warm_start(env, config, base=small_model_dir, root=tmp_path, progress=False)
+    calls.clear()
+    path = warm_start(env, config, base=small_model_dir, root=tmp_path, progress=False)
+    info = load_info(path)
+    assert len(calls) == 5 and len(info["copy_drill_losses"]) == 12 and len(info["losses"]) == 30
+    assert not list(path.glob("*.pt"))
+    monkeypatch.setattr(tiny, "sft_loss", real_loss)
+    fresh = warm_start(env, config, base=small_model_dir, root=tmp_path / "fresh", progress=False)
+    assert (path / "model.safetensors").read_bytes() == (fresh / "model.safetensors").read_bytes()
 
 
 def test_a_strategy_the_environment_lacks_and_a_too_long_demonstration_are_clear_errors(small_model_dir, tmp_path):

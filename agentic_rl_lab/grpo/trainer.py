@@ -47,10 +47,9 @@ from agentic_rl_lab.grpo.tensors import NotTrainable, TrainingBatch, collate, tr
 from agentic_rl_lab.models import autocast, for_inference, for_training, needs_loss_scaling
 from agentic_rl_lab.policies.hf import HFPolicy
 from agentic_rl_lab.rollout import collect_groups
+from agentic_rl_lab.seeds import held_out_seeds, training_seeds
 from agentic_rl_lab.trajectory import TrajectoryGroup, append_groups, iter_groups
 
-EVAL_SEED_START = 1_000_000
-"""Held-out scenarios are seeds from here on; training scenarios stay below it."""
 CHECKSUMS = "checksums.json"
 """In every checkpoint, written last: the SHA-256 of each of its files, checked before a run resumes from it."""
 
@@ -219,7 +218,7 @@ class GRPOTrainer:
         config = self.config
         row: dict[str, float] = {"step": step}
         started = time.perf_counter()
-        seeds = [config.seed * 7919 + step * config.groups_per_step + i for i in range(config.groups_per_step)]
+        seeds = training_seeds(config.seed, step, config.groups_per_step)
         for_inference(self.model)
         policy = self._policy(seed=config.seed * 1_000_003 + step)
         groups = collect_groups(
@@ -374,7 +373,7 @@ class GRPOTrainer:
         """Success, mean turns, score and valid-turn rate on held-out seeds, one trajectory each."""
         episodes = episodes or self.config.eval_episodes
         for_inference(self.model)
-        seeds = range(EVAL_SEED_START, EVAL_SEED_START + episodes)
+        seeds = held_out_seeds(episodes)
         policy, batch_size = self._policy(seed=12345), self.config.per_device_eval_batch_size
         groups = collect_groups(self.eval_env, policy, seeds, 1, progress=False, batch_size=batch_size)
         return evaluation_metrics(groups)
