@@ -213,7 +213,8 @@ def build(config: TinyJudgeConfig, out: Path, work: Path, progress: bool = True)
     import torch
 
     from agentic_rl_lab.chat import render
-    from agentic_rl_lab.tiny import Example, make_model, tokenize_episode, train_sft, train_tokenizer
+    from agentic_rl_lab.sft import Example, tokenize_episode, train_sft
+    from agentic_rl_lab.tiny import make_model, train_tokenizer
 
     model_config = config.model or default_model_config()
     work.mkdir(parents=True, exist_ok=True)
@@ -231,7 +232,7 @@ def build(config: TinyJudgeConfig, out: Path, work: Path, progress: bool = True)
     torch.manual_seed(model_config.seed)
     model = make_model(model_config, tokenizer)
     state = work / f"sft-{_digest(config)}.pt"
-    losses = train_sft(model, kept, model_config, tokenizer.pad_token_id, progress, checkpoint=state)
+    losses = train_sft(model, kept, model_config.sft(), tokenizer.pad_token_id, progress, checkpoint=state)
     seconds["sft"] = time.perf_counter() - clock - seconds["data"] - seconds["tokenize"]
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)

@@ -12,7 +12,7 @@ would never start. A warm start fixes that with supervised fine-tuning (SFT) on 
    engine, one episode per scenario seed.
 2. **Tokens.** Each episode is rendered with the model's chat template; the loss counts the assistant's tokens
    only, and where the demonstrator is random, it targets the demonstrator's whole distribution (see
-   `agentic_rl_lab.tiny.demonstrator_distribution`).
+   `agentic_rl_lab.sft.demonstrator_distribution`).
 3. **SFT.** Every weight of the base model is trained (the same loop that built `cpu-tiny`), then saved in the
    Hugging Face layout, so `HFPolicy.from_pretrained(path)` and `load_model(model_name=path)` load it.
 
@@ -46,17 +46,8 @@ from typing import Any
 
 from agentic_rl_lab.chat import END_OF_TURN, render
 from agentic_rl_lab.envs.base import Environment
-from agentic_rl_lab.seeds import demonstration_seeds
-from agentic_rl_lab.tiny import (
-    DEFAULT_CONFIG,
-    Example,
-    cache_root,
-    default_model_path,
-    demonstrator_distribution,
-    tokenize_episode,
-    train_sft,
-)
-from agentic_rl_lab.trajectory import Trajectory
+from agentic_rl_lab.sft import Example, SFTConfig, demonstration_examples, play_demonstrations, train_sft
+from agentic_rl_lab.tiny import cache_root, default_model_path
 
 INFO_FILE = "warm_start.json"
 
@@ -87,30 +78,12 @@ class WarmStartConfig:
     seed: int = 0
 
 
-def play_demonstrations(
-    envs: Environment | Sequence[Environment], strategy: str, episodes: int, seed: int
-) -> list[Trajectory]:
-    """`episodes` scripted trajectories, one per scenario seed of demonstration block `seed`, shared out in turn
-    among `envs` (variants of one task: several inboxes, say)."""
-    from agentic_rl_lab.policies.scripted import ScriptedPolicy
-    from agentic_rl_lab.rollout import collect_groups
-
-    envs = [envs] if isinstance(envs, Environment) else list(envs)
-    trajectories = []
-    for index, env in enumerate(envs):
-        policy = ScriptedPolicy(env, strategy, seed=seed + 7919 + index)  # not `seed`: episode 0's scenario RNG
-        scenarios = demonstration_seeds(seed, episodes)[index :: len(envs)]
-        groups = collect_groups(env, policy, scenarios, 1, progress=False)
-        trajectories += [t for group in groups for t in group.trajectories]
-    return trajectories
-
-
 COPY_DRILL_LENGTHS = (8, 24)
 """Tokens in a drill's sequence (shown twice): short, so that a step is cheap and there are many of them."""
 COPY_DRILL_BATCH_TOKENS = 560
 """About 16 drills a step. What ends the plateau is the number of steps, not of tokens: measured on cpu-tiny, 16
-drills a step start copying after about 1,600 steps (4 minutes on 2 cores); 4,600-token steps of drills mixed with
-episodes had not after 400."""
+drills a step started copying after 1,500-1,750 steps in one run (89% right at 2,000) and were still on the way
+at 2,500 in another; 4,600-token steps of drills mixed with episodes had not started after 400."""
 COPY_DRILL_LEARNING_RATE = 2e-3
 """Constant after a warm-up of 50 steps."""
 
@@ -128,6 +101,22 @@ def copy_drill(tokenizer: Any, count: int, seed: int) -> list[Example]:
         n = len(sequence)
         drills.append(Example("copy_drill", [*sequence, separator, *sequence], [False] * (n + 2) + [True] * (n - 1)))
     return drills
+
+
+def copying_accuracy(model: Any, drills: Sequence[Example]) -> float:
+    """The share of counted drill tokens that the model's most likely next token gets right: near 0 before the
+    plateau ends (1 in the vocabulary's size), near 1 once the model copies."""
+    import torch
+
+    right = total = 0
+    device = model.get_input_embeddings().weight.device
+    with torch.no_grad():
+        for drill in drills:
+            predicted = model(input_ids=torch.tensor([drill.input_ids], device=device)).logits[0].argmax(-1).tolist()
+            counted = [p for p, is_counted in enumerate(drill.assistant_mask) if is_counted]
+            right += sum(predicted[p - 1] == drill.input_ids[p] for p in counted)
+            total += len(counted)
+    return round(right / total, 4)
 
 
 def warm_start(
@@ -182,34 +171,22 @@ def warm_start(
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(device)
     context = tokenizer.model_max_length
     strategy = env.strategies[config.strategy]
-    examples, cache = [], {}
-    for episode, demo in enumerate(demos):
-        example = Example(env.name, *tokenize_episode(tokenizer, demo.messages, demo.tools))
+    examples = demonstration_examples(tokenizer, demos, strategy, config.demonstrator_samples, str(config.seed))
+    for episode, example in enumerate(examples):
         if len(example.input_ids) > context:
             raise ValueError(
                 f"demonstration {episode} of {env.name} has {len(example.input_ids)} tokens, more than the model's "
                 f"context ({context}): shorten the episodes (max_turns) or use a model with a longer context"
             )
-        if config.demonstrator_samples:
-            example.soft_targets = demonstrator_distribution(
-                tokenizer,
-                strategy,
-                demo.messages,
-                example,
-                config.demonstrator_samples,
-                f"{config.seed}/{episode}",
-                cache,
-            )
         if config.loss_on == "episode":
             first = example.assistant_mask.index(True) if any(example.assistant_mask) else len(example.input_ids)
             example.assistant_mask = [position >= first for position in range(len(example.input_ids))]
-        examples.append(example)
     prepared = time.perf_counter()
 
     drill_losses: list[float] = []
+    copy_accuracy = None
     if config.copy_drill_steps:
-        drill = dataclasses.replace(
-            DEFAULT_CONFIG,
+        drill = SFTConfig(
             seed=config.seed,
             sft_steps=config.copy_drill_steps,
             batch_tokens=COPY_DRILL_BATCH_TOKENS,
@@ -219,10 +196,10 @@ def warm_start(
         )
         drills = copy_drill(tokenizer, config.copy_drill_steps * 17, config.seed)  # ~1 epoch: each drill seen once
         drill_losses = train_sft(model, drills, drill, tokenizer.pad_token_id, progress, work / "drill.pt", 250)
+        copy_accuracy = copying_accuracy(model, copy_drill(tokenizer, 200, seed=config.seed + 1))
     drilled = time.perf_counter()
 
-    sft = dataclasses.replace(
-        DEFAULT_CONFIG,
+    sft = SFTConfig(
         seed=config.seed,
         sft_steps=config.sft_steps,
         batch_tokens=config.batch_tokens,
@@ -246,6 +223,7 @@ def warm_start(
             "max_tokens": lengths[-1],
         },
         "copy_drill_losses": [round(x, 4) for x in drill_losses],
+        "copy_accuracy": copy_accuracy,
         "losses": [round(x, 4) for x in losses],
         "seconds": {
             "prepare": round(prepared - started, 1),
@@ -279,7 +257,7 @@ there and `inbox_model_path` builds it): `python -m agentic_rl_lab warm-start-in
 PRACTICE_INBOXES = 20
 """Inboxes the demonstrations are shared among: other draws of the same generator (`inbox_data.practice_inboxes`)."""
 INBOX_WARM_START = WarmStartConfig(
-    strategy="mediocre", episodes=3000, sft_steps=1500, learning_rate=1e-3, loss_on="episode", copy_drill_steps=2500
+    strategy="mediocre", episodes=3000, sft_steps=1500, learning_rate=1e-3, loss_on="episode", copy_drill_steps=5000
 )
 """The recipe. A copying drill first: without it the model searched well, then read ids and answered values it had
 not copied (0% of held-out questions after up to 4,000 steps). The demonstrations are spread over many inboxes, so

@@ -17,12 +17,14 @@ from agentic_rl_lab.chat import (
     render,
 )
 from agentic_rl_lab.envs import ENVIRONMENTS, GuessNumber, tool_call_message
-from agentic_rl_lab.tiny import SMALL_CONFIG, play_episodes, tokenize_episode, train_tokenizer
+from agentic_rl_lab.sft import play_demonstrations, tokenize_episode
+from agentic_rl_lab.tiny import SMALL_CONFIG, train_tokenizer
 
 
 def episodes():
     """A few scripted episodes of every registered environment: (messages, tools)."""
-    return [episode for name in ENVIRONMENTS for episode in play_episodes(name, "random", 3, seed=5)]
+    demos = [t for env in ENVIRONMENTS.values() for t in play_demonstrations(env(), "random", 3, seed=5)]
+    return [(t.messages, t.tools) for t in demos]
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ quality is measured by `benchmarks/tiny_policy.py` and checked by the notebooks.
 """
 
 import dataclasses
-import json
 import time
 
 import pytest
@@ -17,8 +16,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 from agentic_rl_lab import tiny
 from agentic_rl_lab.chat import CHAT_TEMPLATE, render
 from agentic_rl_lab.envs import ENVIRONMENTS, GuessNumber
-from agentic_rl_lab.seeds import HELD_OUT_SEED_START, demonstration_seeds
-from agentic_rl_lab.tiny import SMALL_CONFIG, TinyConfig, build_tiny_model, load_build_info, play_episodes
+from agentic_rl_lab.sft import play_demonstrations
+from agentic_rl_lab.tiny import SMALL_CONFIG, TinyConfig, build_tiny_model, load_build_info
 
 MICRO = dataclasses.replace(
     SMALL_CONFIG,
@@ -43,8 +42,17 @@ def small_model():
     return build_tiny_model(SMALL_CONFIG, progress=False)
 
 
+def episode(strategy: str, seed: int) -> tuple[list, list]:
+    (demo,) = play_demonstrations(GuessNumber(), strategy, 1, seed)
+    return demo.messages, demo.tools
+
+
 def rendered_episodes():
-    return [render(m, t) for name in ENVIRONMENTS for m, t in play_episodes(name, "random", 3, seed=11)]
+    return [
+        render(t.messages, t.tools)
+        for env in ENVIRONMENTS.values()
+        for t in play_demonstrations(env(), "random", 3, 11)
+    ]
 
 
 def test_reloading_as_a_user_would_gives_the_trained_tokenisation(small_model):
@@ -168,78 +176,10 @@ def test_an_environment_the_config_does_not_name_is_demonstrated_with_its_best_w
     assert plan["guess_number"] == ("mediocre", 20)
 
 
-def test_demonstrations_are_reproducible_and_never_use_held_out_seeds():
-    first = play_episodes("guess_number", "mediocre", 5, seed=0)
-    assert first == play_episodes("guess_number", "mediocre", 5, seed=0)
-    assert json.dumps(first) != json.dumps(play_episodes("guess_number", "mediocre", 5, seed=1))
-    for config in (tiny.DEFAULT_CONFIG, SMALL_CONFIG):
-        most = max([episodes for _, _, episodes in config.demonstrators] + [config.tokenizer_episodes])
-        # demonstrations play block `seed` of the seed plan, the tokenizer's corpus block `seed + 1`
-        for block in (config.seed, config.seed + 1):
-            assert demonstration_seeds(block, most)[-1] < HELD_OUT_SEED_START
-
-
 def test_demonstrations_too_long_for_the_context_are_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="longer than max_context=64 tokens"):
         build_tiny_model(dataclasses.replace(MICRO, max_context=64), root=tmp_path, progress=False)
     assert list(tmp_path.iterdir()) == []
-
-
-def test_sft_loss_with_soft_targets_is_the_cross_entropy_to_the_demonstrators_distribution(small_model):
-    model = AutoModelForCausalLM.from_pretrained(small_model)
-    tokenizer = AutoTokenizer.from_pretrained(small_model)
-    (messages, tools), *_ = play_episodes("guess_number", "mediocre", 1, seed=4)
-    ids, mask = tiny.tokenize_episode(tokenizer, messages, tools)
-    hard = tiny.Example("guess_number", ids, mask)
-    tokens = tokenizer.convert_ids_to_tokens(ids)
-    position = next(p for p in range(len(ids)) if mask[p] and tokens[p].lstrip("Ġ").isdigit())  # the first guess
-    other = tokenizer.convert_tokens_to_ids("Ġ7" if tokens[position] != "Ġ7" else "Ġ8")
-    soft = tiny.Example("guess_number", ids, mask, soft_targets={position: {ids[position]: 0.25, other: 0.75}})
-    with torch.no_grad():
-        logprobs = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0].float(), -1)
-        targets = [p for p in range(1, len(ids)) if mask[p]]
-        expected_hard = -torch.stack([logprobs[p - 1, ids[p]] for p in targets]).mean()
-        at = -(0.25 * logprobs[position - 1, ids[position]] + 0.75 * logprobs[position - 1, other])
-        expected_soft = expected_hard + (at - -logprobs[position - 1, ids[position]]) / len(targets)
-        assert torch.allclose(tiny.sft_loss(model, [hard], tokenizer.pad_token_id), expected_hard, atol=1e-5)
-        assert torch.allclose(tiny.sft_loss(model, [soft], tokenizer.pad_token_id), expected_soft, atol=1e-5)
-        padded = tiny.sft_loss(model, [soft, tiny.Example("x", ids[:40], mask[:40])], tokenizer.pad_token_id)
-        assert torch.isfinite(padded), "right padding needs no attention mask"
-
-
-def test_soft_targets_estimate_the_demonstrators_next_token_distribution_on_every_guessing_turn(small_model):
-    """The mediocre demonstrator guesses uniformly in the feasible interval. Every assistant turn gets soft
-    targets; each is a distribution; every token it allows, read along the written prefix, decodes to a guess that
-    lies inside the interval; and a number split into two tokens (`" 4"`, `"5"`) gets a target on both."""
-    from agentic_rl_lab.envs.guess_number import feasible_interval
-
-    tokenizer = AutoTokenizer.from_pretrained(small_model)
-    mediocre = GuessNumber.strategies["mediocre"]
-    (messages, tools), *_ = play_episodes("guess_number", "mediocre", 1, seed=3)
-    example = tiny.Example("guess_number", *tiny.tokenize_episode(tokenizer, messages, tools))
-    targets = tiny.demonstrator_distribution(tokenizer, mediocre, messages, example, 64, seed="t")
-    turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-    spans = tiny._runs(example.assistant_mask)
-    assert len(turns) == len(spans) > 2
-    multi_token_turns = 0
-    for index, (start, end) in zip(turns, spans):
-        low, high = feasible_interval(messages[:index], 1, 100)
-        in_turn = sorted(p for p in targets if start <= p < end)
-        if low == high:  # only one possible guess: nothing random to learn
-            assert not in_turn
-            continue
-        assert in_turn, f"turn {index} (interval {low}..{high}) got no soft target"
-        for position in in_turn:
-            assert abs(sum(targets[position].values()) - 1) < 1e-9
-            prefix = tokenizer.decode(example.input_ids[start:position])
-            for token in targets[position]:
-                number = (prefix + tokenizer.decode([token])).split('"n":')[1].strip()
-                if number.endswith("}"):  # the number ended with the token before: it must be a possible guess
-                    assert low <= int(number.rstrip("}")) <= high
-                else:  # a number, or its first digits: some possible guess starts with it
-                    assert any(str(k).startswith(number) for k in range(low, high + 1)), (number, low, high)
-        multi_token_turns += len(in_turn) > 1
-    assert multi_token_turns > 0, "this tokenizer splits some numbers in two: those turns need two targets"
 
 
 def test_export_halves_the_weights_and_keeps_the_model(small_model, tmp_path):
@@ -254,7 +194,7 @@ def test_export_halves_the_weights_and_keeps_the_model(small_model, tmp_path):
     assert tiny.load_build_info(destination) == tiny.load_build_info(small_model)
     original = AutoModelForCausalLM.from_pretrained(small_model, dtype=torch.float32)
     exported = AutoModelForCausalLM.from_pretrained(destination, dtype=torch.float32)
-    ids = AutoTokenizer.from_pretrained(destination)(render(*play_episodes("guess_number", "mediocre", 1, 5)[0]))
+    ids = AutoTokenizer.from_pretrained(destination)(render(*episode("mediocre", 5)))
     with torch.no_grad():
         a = original(input_ids=torch.tensor([ids["input_ids"]])).logits.softmax(-1)
         b = exported(input_ids=torch.tensor([ids["input_ids"]])).logits.softmax(-1)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from agentic_rl_lab.envs import GuessNumber, InboxSearch
-from agentic_rl_lab.tiny import Example, sft_loss, tokenize_episode
-from agentic_rl_lab.warm_start import WarmStartConfig, copy_drill, load_info, play_demonstrations, warm_start
+from agentic_rl_lab.sft import Example, play_demonstrations, sft_loss, tokenize_episode
+from agentic_rl_lab.warm_start import WarmStartConfig, copy_drill, load_info, warm_start
 
 CONFIG = WarmStartConfig(strategy="expert", episodes=24, sft_steps=30, learning_rate=3e-3, warmup_steps=3)
 
@@ -53,9 +53,9 @@ def test_warm_start_imitates_the_demonstrator_and_is_cached(small_model_dir, tmp
 
 
 def test_a_killed_warm_start_resumes_from_its_checkpoint(small_model_dir, tmp_path, monkeypatch) -> None:
-    import agentic_rl_lab.tiny as tiny
+    import agentic_rl_lab.sft as sft
 
-    env, real_loss, calls = GuessNumber(), tiny.sft_loss, []
+    env, real_loss, calls = GuessNumber(), sft.sft_loss, []
 
     def killed_at_step_28(*args):
         calls.append(1)
@@ -63,7 +63,7 @@ def test_a_killed_warm_start_resumes_from_its_checkpoint(small_model_dir, tmp_pa
             raise KeyboardInterrupt
         return real_loss(*args)
 
-    monkeypatch.setattr(tiny, "sft_loss", killed_at_step_28)
+    monkeypatch.setattr(sft, "sft_loss", killed_at_step_28)
     with pytest.raises(KeyboardInterrupt):
         warm_start(env, CONFIG, base=small_model_dir, root=tmp_path, progress=False)
     (partial,) = tmp_path.glob(".partial-*")
@@ -71,7 +71,7 @@ def test_a_killed_warm_start_resumes_from_its_checkpoint(small_model_dir, tmp_pa
     calls.clear()
     path = warm_start(env, CONFIG, base=small_model_dir, root=tmp_path, progress=False)
     assert len(calls) == 5 and len(load_info(path)["losses"]) == 30  # steps 26-30 only
-    monkeypatch.setattr(tiny, "sft_loss", real_loss)
+    monkeypatch.setattr(sft, "sft_loss", real_loss)
     fresh = warm_start(env, CONFIG, base=small_model_dir, root=tmp_path / "fresh", progress=False)
     for name in ("model.safetensors",):  # as if it had never stopped
         assert (path / name).read_bytes() == (fresh / name).read_bytes()
@@ -93,10 +93,10 @@ def test_the_copy_drill_counts_only_tokens_a_copy_can_predict(small_model_dir) -
 
 
 def test_a_warm_start_killed_after_its_drill_does_not_drill_again(small_model_dir, tmp_path, monkeypatch) -> None:
-    import agentic_rl_lab.tiny as tiny
+    import agentic_rl_lab.sft as sft
 
     config = dataclasses.replace(CONFIG, copy_drill_steps=12)
-    env, real_loss, calls = GuessNumber(), tiny.sft_loss, []
+    env, real_loss, calls = GuessNumber(), sft.sft_loss, []
 
     def killed_in_the_demonstrations(*args):
         calls.append(1)
@@ -104,7 +104,7 @@ def test_a_warm_start_killed_after_its_drill_does_not_drill_again(small_model_di
             raise KeyboardInterrupt
         return real_loss(*args)
 
-    monkeypatch.setattr(tiny, "sft_loss", killed_in_the_demonstrations)
+    monkeypatch.setattr(sft, "sft_loss", killed_in_the_demonstrations)
     with pytest.raises(KeyboardInterrupt):
         warm_start(env, config, base=small_model_dir, root=tmp_path, progress=False)
     calls.clear()
@@ -112,7 +112,7 @@ def test_a_warm_start_killed_after_its_drill_does_not_drill_again(small_model_di
     info = load_info(path)
     assert len(calls) == 5 and len(info["copy_drill_losses"]) == 12 and len(info["losses"]) == 30
     assert not list(path.glob("*.pt"))
-    monkeypatch.setattr(tiny, "sft_loss", real_loss)
+    monkeypatch.setattr(sft, "sft_loss", real_loss)
     fresh = warm_start(env, config, base=small_model_dir, root=tmp_path / "fresh", progress=False)
     assert (path / "model.safetensors").read_bytes() == (fresh / "model.safetensors").read_bytes()
 
