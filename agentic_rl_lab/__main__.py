@@ -125,8 +125,9 @@ def build_tiny_judge(args: argparse.Namespace) -> None:
     tiny_judge.main(args.rest)
 
 
-def warm_start_inbox(args: argparse.Namespace) -> None:
-    """Warm-start cpu-tiny on inbox_search (or find it in the cache), and optionally export it in bfloat16."""
+def warm_start(args: argparse.Namespace) -> None:
+    """Warm-start cpu-tiny on an environment with its committed recipe (or find it in the cache), and optionally
+    export it in bfloat16."""
     from agentic_rl_lab import warm_start
     from agentic_rl_lab.tiny import export_model
 
@@ -134,9 +135,10 @@ def warm_start_inbox(args: argparse.Namespace) -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-    path = warm_start.warm_start(warm_start.inbox_warm_start_envs(), warm_start.INBOX_WARM_START)
-    seconds = warm_start.load_info(path)["seconds"]
-    print(f"cpu-tiny warm-started on inbox_search ({seconds['sft']:.0f} s of SFT): {path}")
+    recipe = warm_start.RECIPES[args.env]
+    path = warm_start.warm_start(recipe.envs(), recipe.config)
+    info = warm_start.load_info(path)
+    print(f"cpu-tiny warm-started on {args.env} ({info['seconds']}, copy accuracy {info['copy_accuracy']}): {path}")
     if args.export:
         print(f"exported in bfloat16 to {export_model(path, args.export, info_file=warm_start.INFO_FILE)}")
 
@@ -266,10 +268,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for agentic_rl_lab.tiny_judge (see --help)")
     p.set_defaults(run=build_tiny_judge)
 
-    p = commands.add_parser("warm-start-inbox", help="warm-start cpu-tiny on inbox_search (cached; ~15 min on 2 cores)")
+    p = commands.add_parser("warm-start", help="warm-start cpu-tiny on an environment (cached; 20-40 min on 2 cores)")
+    p.add_argument("env", choices=["inbox_search", "fog_maze"], help="which committed recipe")
     p.add_argument("--export", default=None, metavar="DIR", help="then copy it to DIR in bfloat16")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.set_defaults(run=warm_start_inbox)
+    p.set_defaults(run=warm_start)
 
     p = commands.add_parser("make-inbox", help="regenerate the inbox_search emails and questions (package data)")
     p.add_argument("--out", default=str(inbox_data.DEFAULT_DATA_DIR), help="output folder")

@@ -39,7 +39,7 @@ import random
 import shutil
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -250,20 +250,21 @@ def load_info(path: str | Path) -> dict[str, Any]:
     return json.loads((Path(path) / INFO_FILE).read_text())
 
 
-# ----- the committed warm start: cpu-tiny on inbox_search ------------------------------------------------------------
-EMBEDDED_INBOX_DIR = Path(__file__).resolve().parent / "data" / "inbox-model"
-"""Where the inbox warm start is committed in bfloat16 once a recipe meets its targets (none does yet, so nothing is
-there and `inbox_model_path` builds it): `python -m agentic_rl_lab warm-start-inbox --export <this folder>`."""
+# ----- the committed warm starts: cpu-tiny on inbox_search and on fog_maze ------------------------------------------
 PRACTICE_INBOXES = 20
 """Inboxes the demonstrations are shared among: other draws of the same generator (`inbox_data.practice_inboxes`)."""
 INBOX_WARM_START = WarmStartConfig(
     strategy="mediocre", episodes=3000, sft_steps=1500, learning_rate=1e-3, loss_on="episode", copy_drill_steps=5000
 )
-"""The recipe. A copying drill first: without it the model searched well, then read ids and answered values it had
-not copied (0% of held-out questions after up to 4,000 steps). The demonstrations are spread over many inboxes, so
-that a small model cannot memorise one inbox's answers and must read them off the emails, and the loss counts the
-observations too, which repeat what a search listed: more practice at copying. docs/warm-start.md has what each
-recipe measured."""
+"""A copying drill first: without it the model searched well, then read ids and answered values it had not copied
+(0% of held-out questions after up to 4,000 steps). The demonstrations are spread over many inboxes, so that a small
+model cannot memorise one inbox's answers and must read them off the emails, and the loss counts the observations
+too, which repeat what a search listed: more practice at copying. docs/warm-start.md has what each recipe measured."""
+FOG_MAZE_WARM_START = WarmStartConfig(
+    strategy="mediocre", episodes=1500, sft_steps=800, learning_rate=1e-3, copy_drill_steps=5000
+)
+"""`fog_maze`'s `mediocre` walks at random but never turns back unless at a dead end, and steps into the exit when
+it sees it: each move copies a direction from the latest view, except the one it came from."""
 
 
 def inbox_warm_start_envs() -> list[Environment]:
@@ -276,10 +277,38 @@ def inbox_warm_start_envs() -> list[Environment]:
     return [InboxSearch(split="train", data_dir=directory) for directory in directories]
 
 
-def inbox_model_path(progress: bool = True) -> Path:
-    """cpu-tiny warm-started on `inbox_search`: the committed copy when its `warm_start.json` records
-    `INBOX_WARM_START`, else the cached build, warm-starting it first if needed (about 15 minutes on 2 cores)."""
-    info = EMBEDDED_INBOX_DIR / INFO_FILE
-    if info.is_file() and json.loads(info.read_text())["config"] == dataclasses.asdict(INBOX_WARM_START):
-        return EMBEDDED_INBOX_DIR
-    return warm_start(inbox_warm_start_envs(), INBOX_WARM_START, progress=progress)
+def fog_maze_warm_start_envs() -> list[Environment]:
+    """`fog_maze` as registered: a new maze for every scenario seed, so the held-out seeds are new mazes."""
+    from agentic_rl_lab.envs.fog_maze import FogMaze
+
+    return [FogMaze()]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A committed warm start: how it is made, and where its bfloat16 copy lives in the package."""
+
+    config: WarmStartConfig
+    envs: Callable[[], list[Environment]]
+    directory: Path
+
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+RECIPES = {
+    "inbox_search": Recipe(INBOX_WARM_START, inbox_warm_start_envs, DATA_DIR / "inbox-model"),
+    "fog_maze": Recipe(FOG_MAZE_WARM_START, fog_maze_warm_start_envs, DATA_DIR / "fog-maze-model"),
+}
+"""`python -m agentic_rl_lab warm-start <env> --export <directory>` builds one (or finds it in the cache) and
+commits it, in bfloat16, where `warm_started_model_path` looks first."""
+
+
+def warm_started_model_path(env_name: str, progress: bool = True) -> Path:
+    """cpu-tiny warm-started on `env_name`: the committed copy when its `warm_start.json` records the recipe, else
+    the cached build, warm-starting it first if needed (20-40 minutes on 2 cores)."""
+    if env_name not in RECIPES:
+        raise ValueError(f"no warm-start recipe for {env_name!r}; there are: {', '.join(RECIPES)}")
+    recipe = RECIPES[env_name]
+    info = recipe.directory / INFO_FILE
+    if info.is_file() and json.loads(info.read_text())["config"] == dataclasses.asdict(recipe.config):
+        return recipe.directory
+    return warm_start(recipe.envs(), recipe.config, progress=progress)

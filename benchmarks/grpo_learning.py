@@ -8,6 +8,9 @@
                                                        # all weights instead: writes results/grpo_learning_full.json
     python benchmarks/grpo_learning.py --judge tiny   # the tiny relative judge as the only reward:
                                                        # writes results/grpo_learning_llm_judge.json
+    python benchmarks/grpo_learning.py --noise 0 --credit-assignment turn
+                                                       # credit for each turn too (a guess the answers so far
+                                                       # rule out earns 0): results/grpo_learning_turn_credit.json
 
 The cpu-tiny model imitates a mediocre demonstrator on guess_number, `repeating`: binary search that guesses its
 last number again about a quarter of the time (about 7.4 guesses on 1..100), while binary search alone needs 5.8.
@@ -208,16 +211,22 @@ def main() -> dict:
     parser.add_argument("--out", default=None, help=out_help)
     judge_help = "reference: the ground truth (with --noise); tiny: the tiny relative judge, the LLM judge of the CPU"
     parser.add_argument("--judge", choices=["reference", "tiny"], default="reference", help=judge_help)
+    credit_help = "trajectory: one advantage per episode; turn: plus guess_number's reward for each turn"
+    parser.add_argument("--credit-assignment", choices=["trajectory", "turn"], default="trajectory", help=credit_help)
     args = parser.parse_args()
     if args.judge == "tiny":
         args.noise = [0.0]  # the tiny judge's errors are its own
     torch.set_num_threads(2)
     learning_rate = args.learning_rate or LEARNING_RATES[args.training]
-    config = dataclasses.replace(CONFIG, steps=args.steps, learning_rate=learning_rate, seed=args.seed)
+    config = dataclasses.replace(
+        CONFIG, steps=args.steps, learning_rate=learning_rate, seed=args.seed, credit_assignment=args.credit_assignment
+    )
 
     name = "grpo_learning.json" if args.training == "lora" else "grpo_learning_full.json"
     if args.judge == "tiny":
         name = "grpo_learning_llm_judge.json"
+    elif args.credit_assignment == "turn":
+        name = "grpo_learning_turn_credit.json"
     out = Path(args.out or Path(__file__).parent / "results" / name)
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {

@@ -6,7 +6,7 @@
 1. **Warm start.** cpu-tiny (0% on `inbox_search`) imitates the `mediocre` demonstrator on the train split's
    questions (`agentic_rl_lab.warm_start`, `INBOX_WARM_START`): search for the question's entity, then give up
    40% of the time, else read the first email that names it (sometimes one more) and answer from it
-   (`inbox_model_path`: a committed copy when one is current, else the cached build, else a new one).
+   (`warm_started_model_path`: a committed copy when one is current, else the cached build, else a new one).
 2. **GRPO** with the reference judge (the environment's score: 0 for a wrong answer, 0.7-1 for a right one, more for
    citing exactly the emails that state it), on the train split's questions.
 3. **Evaluation** before and after, on the test split (questions about entities the train split never mentions),
@@ -14,7 +14,7 @@
 
 Not run yet: the warm start's recipes leave cpu-tiny at 0% on the test questions (docs/warm-start.md), and GRPO
 cannot improve on a policy that never succeeds. The script builds the warm start when no committed copy is current
-(`python -m agentic_rl_lab warm-start-inbox`, about 25 minutes on 2 cores), then trains.
+(`python -m agentic_rl_lab warm-start inbox_search`, about 40 minutes on 2 cores), then trains.
 
 Targets (issue 21): warm-start success at least 30% and below 70%; GRPO lifts it by at least 15 points in under
 30 minutes on 2 cores. `success_before` and `success_after` at the top level are the reference-judge run's. The LLM
@@ -39,7 +39,7 @@ from agentic_rl_lab.grpo.trainer import GRPOTrainer
 from agentic_rl_lab.judge import ReferenceJudge
 from agentic_rl_lab.models import load_model
 from agentic_rl_lab.seeds import HELD_OUT_SEED_START
-from agentic_rl_lab.warm_start import inbox_model_path, load_info
+from agentic_rl_lab.warm_start import load_info, warm_started_model_path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from grpo_learning import CONFIG as GUESS_NUMBER_CONFIG  # noqa: E402
@@ -68,7 +68,7 @@ def main() -> dict:
     config = dataclasses.replace(CONFIG, steps=args.steps, seed=args.seed)
 
     started = time.perf_counter()
-    model_dir = inbox_model_path()
+    model_dir = warm_started_model_path("inbox_search")
     warm_seconds = time.perf_counter() - started
     info = load_info(model_dir)
     torch.manual_seed(config.seed)

@@ -140,6 +140,11 @@ class Environment(ABC):
     def hidden_state(self) -> dict[str, Any]:
         """The true state, for teaching displays and tests. Never shown to the agent."""
 
+    def turn_rewards(self, messages: list[Message]) -> list[float] | None:
+        """A reward for each assistant turn of a finished episode (process supervision), for GRPO's
+        `credit_assignment="turn"`; None, the default, for a task that rewards only the outcome."""
+        return None
+
     # ----- the shared POMDP loop --------------------------------------------------------------------------
     @property
     def tool_schemas(self) -> list[dict[str, Any]]:

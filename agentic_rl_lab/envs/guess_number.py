@@ -87,6 +87,9 @@ class GuessNumber(Environment):
     def hidden_state(self) -> dict[str, Any]:
         return {"secret": self.secret, "guesses": list(self.guesses)}
 
+    def turn_rewards(self, messages: list[Message]) -> list[float]:
+        return consistent_guesses(messages)
+
 
 def optimal_mean_guesses(low: int = 1, high: int = 100) -> float:
     """The fewest guesses any strategy needs on average, for a secret drawn uniformly from `[low, high]`.
@@ -116,6 +119,22 @@ def feasible_interval(history: list[Message], low: int, high: int) -> tuple[int,
         elif reply.startswith("lower"):
             high = min(high, n - 1)
     return low, max(low, high)
+
+
+def consistent_guesses(messages: list[Message]) -> list[float]:
+    """1.0 for each turn that guesses a number the answers before it still allow, else 0.0: a repeat of a wrong
+    guess, a guess outside the interval, or any other call wastes the turn. A process reward for each turn, which
+    the outcome (found it, in how many guesses) gives only to the episode as a whole."""
+    low, high = _bounds(messages)
+    rewards = []
+    for index, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        allowed_low, allowed_high = feasible_interval(messages[:index], low, high)
+        calls = tool_exchanges([message])  # [(name, arguments, "")] for each call that parses
+        n = calls[0][1].get("n") if len(calls) == 1 and calls[0][0] == "guess" else None
+        rewards.append(float(isinstance(n, int) and not isinstance(n, bool) and allowed_low <= n <= allowed_high))
+    return rewards
 
 
 def _bounds(history: list[Message]) -> tuple[int, int]:

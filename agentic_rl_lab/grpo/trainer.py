@@ -3,7 +3,8 @@
 Each step:
 1. sample scenarios (seeds) for the step;
 2. collect a group of `num_generations` trajectories per scenario, with the policy in inference mode;
-3. judge every group (the judge writes each trajectory's reward);
+3. judge every group (the judge writes each trajectory's reward; for `credit_assignment="turn"` the task also
+   rewards each turn, `Environment.turn_rewards`);
 4. compute group-normalised advantages, and turn each trajectory into the tokens it sampled;
 5. update the policy (`GRPOTrainer.update`, one numbered scroll): micro-batches, gradient accumulation, loss
    scaling in float16, gradient clipping, a guard against NaN/inf;
@@ -172,6 +173,8 @@ class GRPOTrainer:
     ) -> None:
         self.config, self.model, self.tokenizer, self.env, self.judge = config, model, tokenizer, env, judge
         self.eval_env = eval_env or env
+        if config.credit_assignment == "turn" and env.turn_rewards(env.reset(0)) is None:
+            raise ValueError(f"credit_assignment='turn' needs a task that rewards single turns; {env.name} does not")
         self.run_dir = Path(run_dir)
         self.callbacks = list(callbacks)
         self.progress = progress
@@ -228,6 +231,9 @@ class GRPOTrainer:
 
         started = time.perf_counter()
         judged = self.judge.score_groups(groups, progress=False)
+        if config.credit_assignment == "turn":  # the task's reward for each turn, beside the judge's for the whole
+            for trajectory in (t for g in judged for t in g.trajectories):
+                trajectory.metadata["turn_rewards"] = self.env.turn_rewards(trajectory.messages)
         row["seconds_judge"] = time.perf_counter() - started
         row["judge_calls"] = sum(g.metadata.get("judge", {}).get("requests", 0) for g in groups)
         row["judge_skipped_groups"] = len(groups) - len(judged)

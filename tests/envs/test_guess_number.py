@@ -288,3 +288,21 @@ def test_tool_schema_is_an_openai_function():
     assert schema["function"]["name"] == "guess"
     assert schema["function"]["parameters"]["required"] == ["n"]
     assert schema["function"]["parameters"]["properties"]["n"] == {"type": "integer"}
+
+
+def test_a_turn_is_rewarded_when_its_guess_is_one_the_answers_so_far_allow():
+    from agentic_rl_lab.envs.guess_number import consistent_guesses
+
+    env = GuessNumber()
+    history = env.reset(seed=0)  # the secret is drawn from the seed
+    secret = env.hidden_state()["secret"]
+    wrong = 50 if secret != 50 else 51
+    outside = 1 if wrong < secret else 100  # ruled out by the answer to `wrong`
+    turns = [("guess", {"n": wrong}), ("guess", {"n": wrong}), ("guess", {"n": outside}), ("interval", {})]
+    turns += [("guess", {"n": True}), ("guess", {"n": secret})]
+    for name, arguments in turns:
+        call = tool_call_message(name, arguments, f"call_{len(history)}")
+        result = env.step(call)
+        history += [call, *result.observation]
+    assert consistent_guesses(history) == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert env.turn_rewards(history) == consistent_guesses(history)

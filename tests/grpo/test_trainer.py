@@ -179,13 +179,6 @@ def test_a_training_step_changes_the_weights_and_logs_the_diagnostics(model_and_
 
 
 def test_a_group_whose_rewards_are_equal_contributes_no_update(model_and_tokenizer, tmp_path):
-    class Flat(ReferenceJudge):
-        def score_groups(self, groups, progress=True):
-            for group in groups:
-                for trajectory in group.trajectories:
-                    trajectory.reward = 0.5
-            return list(groups)
-
     model, tokenizer = model_and_tokenizer
     before = {k: v.clone() for k, v in model.state_dict().items()}
     trainer = GRPOTrainer(
@@ -194,6 +187,31 @@ def test_a_group_whose_rewards_are_equal_contributes_no_update(model_and_tokeniz
     row = trainer.train().iloc[0]
     assert row["zero_advantage_groups"] == 2 and row["skipped_update"] == 1
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_turn_credit_gives_each_turn_the_tasks_reward_and_needs_a_task_that_has_one(model_and_tokenizer, tmp_path):
+    from agentic_rl_lab.envs import FogMaze
+    from agentic_rl_lab.envs.guess_number import consistent_guesses
+
+    model, tokenizer = model_and_tokenizer
+    config = small_config(steps=1, eval_every=0, credit_assignment="turn")
+    GRPOTrainer(config, model, tokenizer, GuessNumber(), Flat(), tmp_path / "guess", progress=False).train()
+    groups = load_groups(tmp_path / "guess" / "trajectories.jsonl")
+    for trajectory in (t for g in groups for t in g.trajectories):
+        assert trajectory.metadata["turn_rewards"] == consistent_guesses(trajectory.messages)
+        assert len(trajectory.metadata["turn_rewards"]) == trajectory.num_turns
+    with pytest.raises(ValueError, match="credit_assignment='turn' needs a task that rewards single turns; fog_maze"):
+        GRPOTrainer(config, model, tokenizer, FogMaze(), Flat(), tmp_path / "maze", progress=False)
+
+
+class Flat(ReferenceJudge):
+    """The same reward for every trajectory: the outcome carries no signal, only the turns can."""
+
+    def score_groups(self, groups, progress=True):
+        for group in groups:
+            for trajectory in group.trajectories:
+                trajectory.reward = 0.5
+        return list(groups)
 
 
 class Spread(ReferenceJudge):
