@@ -253,12 +253,15 @@ def train_sft(
     progress: bool,
     checkpoint: Path | None = None,
     checkpoint_every: int = 50,
+    rehearse: tuple[Sequence[Example], int, int] | None = None,
 ) -> list[float]:
     """AdamW with linear warmup and cosine decay over `config.sft_steps` batches; returns the loss of each step.
 
     It trains on the model's device: move the model to a GPU first and the same steps take seconds, not minutes.
     With `checkpoint` (a file), the state is saved there every `checkpoint_every` steps, and a rerun with the same
-    arguments resumes from it: the same batches in the same order, as if it had never stopped."""
+    arguments resumes from it: the same batches in the same order, as if it had never stopped.
+    `rehearse=(examples, batch_tokens, every)` makes every `every`-th step a batch of those other examples: a skill
+    learned before (see `agentic_rl_lab.warm_start.copy_drill`) that the new examples would otherwise overwrite."""
     import torch
     from tqdm.auto import tqdm
 
@@ -276,6 +279,9 @@ def train_sft(
 
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, learning_rate)
     batches = sft_batches(examples, config.batch_tokens, rng)
+    if rehearse is not None:
+        others, other_tokens, every = rehearse
+        batches = _interleave(batches, sft_batches(others, other_tokens, random.Random(config.seed + 1)), every)
     device = model.get_input_embeddings().weight.device
     if device.type == "cuda":  # every CUDA GPU the lab supports computes bfloat16 natively
         autocast = config.bf16_autocast is not False and torch.cuda.is_bf16_supported()
@@ -309,3 +315,11 @@ def train_sft(
                 checkpoint.with_suffix(".tmp").replace(checkpoint)  # atomically: a kill never leaves half a file
     model.eval()
     return losses
+
+
+def _interleave(main: Iterator[list[Example]], other: Iterator[list[Example]], every: int) -> Iterator[list[Example]]:
+    """`main`'s batches, with one of `other`'s as every `every`-th."""
+    step = 0
+    while True:
+        step += 1
+        yield next(other) if step % every == 0 else next(main)

@@ -81,3 +81,19 @@ def test_soft_targets_estimate_the_demonstrators_next_token_distribution_on_ever
                     assert any(str(k).startswith(number) for k in range(low, high + 1)), (number, low, high)
         multi_token_turns += len(in_turn) > 1
     assert multi_token_turns > 0, "this tokenizer splits some numbers in two: those turns need two targets"
+
+
+def test_rehearsal_makes_every_nth_step_a_batch_of_the_other_examples(small_model_dir, monkeypatch):
+    model = AutoModelForCausalLM.from_pretrained(small_model_dir)
+    main = [sft.Example("main", [1, 2, 3, 4], [False, True, True, True]) for _ in range(8)]
+    other = [sft.Example("other", [5, 6, 7], [False, True, True]) for _ in range(8)]
+    seen, real_loss = [], sft.sft_loss
+
+    def recording(model, batch, pad_id):
+        seen.append({example.env for example in batch})
+        return real_loss(model, batch, pad_id)
+
+    monkeypatch.setattr(sft, "sft_loss", recording)
+    config = sft.SFTConfig(sft_steps=9, batch_tokens=8, warmup_steps=1)
+    sft.train_sft(model, main, config, 0, progress=False, rehearse=(other, 6, 3))
+    assert seen == [{"main"}, {"main"}, {"other"}] * 3

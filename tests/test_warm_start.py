@@ -95,7 +95,7 @@ def test_the_copy_drill_counts_only_tokens_a_copy_can_predict(small_model_dir) -
 def test_a_warm_start_killed_after_its_drill_does_not_drill_again(small_model_dir, tmp_path, monkeypatch) -> None:
     import agentic_rl_lab.sft as sft
 
-    config = dataclasses.replace(CONFIG, copy_drill_steps=12)
+    config = dataclasses.replace(CONFIG, copy_drill_steps=12, copy_drill_every=3)
     env, real_loss, calls = GuessNumber(), sft.sft_loss, []
 
     def killed_in_the_demonstrations(*args):
@@ -111,6 +111,7 @@ def test_a_warm_start_killed_after_its_drill_does_not_drill_again(small_model_di
     path = warm_start(env, config, base=small_model_dir, root=tmp_path, progress=False)
     info = load_info(path)
     assert len(calls) == 5 and len(info["copy_drill_losses"]) == 12 and len(info["losses"]) == 30
+    assert 0 <= info["copy_accuracy"] <= 1 and 0 <= info["copy_accuracy_after"] <= 1
     assert not list(path.glob("*.pt"))
     monkeypatch.setattr(sft, "sft_loss", real_loss)
     fresh = warm_start(env, config, base=small_model_dir, root=tmp_path / "fresh", progress=False)
