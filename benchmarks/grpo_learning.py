@@ -8,6 +8,9 @@
                                                        # all weights instead: writes results/grpo_learning_full.json
     python benchmarks/grpo_learning.py --judge tiny   # the tiny relative judge as the only reward:
                                                        # writes results/grpo_learning_llm_judge.json
+    python benchmarks/grpo_learning.py --noise 0 --length-bias 0.3
+                                                       # a judge that favours long episodes: reward hacking,
+                                                       # results/grpo_learning_length_bias.json
     python benchmarks/grpo_learning.py --noise 0 --credit-assignment turn
                                                        # credit for each turn too (a guess the answers so far
                                                        # rule out earns 0): results/grpo_learning_turn_credit.json
@@ -136,6 +139,7 @@ def run(
     before: dict | None,
     training: str = "lora",
     judge: str = "reference",
+    length_bias: float = 0.0,
 ) -> dict:
     """Train a fresh copy of the cpu-tiny model with a judge of this noise; evaluate before and after.
     `training`: "lora" (the tier's peft adapters) or "full" (every weight, a frozen copy as reference).
@@ -149,7 +153,7 @@ def run(
 
             reward = make_tiny_judge("relative", batch_size=config.groups_per_step, on_failure="skip")
         else:
-            reward = ReferenceJudge(noise=noise, seed=config.seed)
+            reward = ReferenceJudge(noise=noise, length_bias=length_bias, seed=config.seed)
         trainer = GRPOTrainer(config, model, loaded.tokenizer, env, reward, run_dir)
         if before is None:
             before = trainer.evaluate(eval_seeds)
@@ -163,6 +167,7 @@ def run(
     seconds = metrics[["seconds_rollout", "seconds_judge", "seconds_update"]].sum()
     return {
         "judge_noise": noise,
+        "judge_length_bias": length_bias,
         "training": training,
         "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "mean_guesses_before": before["eval_mean_turns"],
@@ -180,6 +185,8 @@ def run(
         "train_reward_first_5_steps": float(metrics["reward_mean"].head(5).mean()),
         "train_reward_last_5_steps": float(metrics["reward_mean"].tail(5).mean()),
         "train_mean_turns_by_step": [round(float(x), 3) for x in metrics["train_mean_turns"]],
+        "train_reward_by_step": [round(float(x), 4) for x in metrics["reward_mean"]],
+        "train_score_by_step": [round(float(x), 4) for x in metrics["train_score"]],
         "met": round(gap, 9) >= targets["min_gap_closed"]  # 0.592 / 1.184 is 0.4999... in floating point
         and after["eval_success"] >= before["eval_success"] - 0.01
         and train_seconds <= targets["max_wall_seconds"],
@@ -211,6 +218,8 @@ def main() -> dict:
     parser.add_argument("--out", default=None, help=out_help)
     judge_help = "reference: the ground truth (with --noise); tiny: the tiny relative judge, the LLM judge of the CPU"
     parser.add_argument("--judge", choices=["reference", "tiny"], default="reference", help=judge_help)
+    bias_help = "ReferenceJudge's length_bias: the longest episode of a group gains it, the shortest loses it"
+    parser.add_argument("--length-bias", type=float, default=0.0, help=bias_help)
     credit_help = "trajectory: one advantage per episode; turn: plus guess_number's reward for each turn"
     parser.add_argument("--credit-assignment", choices=["trajectory", "turn"], default="trajectory", help=credit_help)
     args = parser.parse_args()
@@ -225,6 +234,8 @@ def main() -> dict:
     name = "grpo_learning.json" if args.training == "lora" else "grpo_learning_full.json"
     if args.judge == "tiny":
         name = "grpo_learning_llm_judge.json"
+    elif args.length_bias:
+        name = "grpo_learning_length_bias.json"
     elif args.credit_assignment == "turn":
         name = "grpo_learning_turn_credit.json"
     out = Path(args.out or Path(__file__).parent / "results" / name)
@@ -242,11 +253,11 @@ def main() -> dict:
     runs, before = [], None
     for noise in args.noise:
         torch.manual_seed(config.seed)
-        result = run(noise, config, args.eval_seeds, before, args.training, args.judge)
+        result = run(noise, config, args.eval_seeds, before, args.training, args.judge, args.length_bias)
         before = result.pop("_before")  # the same start model and seeds: evaluate it once
         runs.append(result)
-        print(json.dumps({k: v for k, v in result.items() if k != "train_mean_turns_by_step"}, indent=2))
-        report.update({k: v for k, v in runs[0].items() if k != "train_mean_turns_by_step"})  # first run, flat
+        print(json.dumps({k: v for k, v in result.items() if not k.endswith("_by_step")}, indent=2))
+        report.update({k: v for k, v in runs[0].items() if not k.endswith("_by_step")})  # first run, flat
         report["runs"] = runs
         out.write_text(json.dumps(report, indent=2) + "\n")  # after every run: a crash keeps the finished ones
         print(f"wrote {out} ({len(runs)} of {len(args.noise)} runs)")

@@ -33,6 +33,7 @@ PARAMETERS = {
         "NUM_GENERATIONS": 4,
         "EVAL_EVERY": 2,
         "EVAL_EPISODES": 8,
+        "HACK_STEPS": 2,
     },
     "06_your_own_environment.ipynb": {
         **CPU_TINY,
