@@ -11,9 +11,10 @@
     python benchmarks/grpo_learning.py --noise 0 --length-bias 0.3
                                                        # a judge that favours long episodes: reward hacking,
                                                        # results/grpo_learning_length_bias.json
-    python benchmarks/grpo_learning.py --noise 0 --credit-assignment turn
-                                                       # credit for each turn too (a guess the answers so far
-                                                       # rule out earns 0): results/grpo_learning_turn_credit.json
+    python benchmarks/grpo_learning.py --noise 0 --credit-assignment trajectory turn
+                                                       # one advantage per episode against one per turn too (a
+                                                       # guess the answers so far rule out earns 0), from the same
+                                                       # start on the same seeds: results/grpo_learning_credit.json
 
 The cpu-tiny model imitates a mediocre demonstrator on guess_number, `repeating`: binary search that guesses its
 last number again about a quarter of the time (about 7.4 guesses on 1..100), while binary search alone needs 5.8.
@@ -220,24 +221,23 @@ def main() -> dict:
     parser.add_argument("--judge", choices=["reference", "tiny"], default="reference", help=judge_help)
     bias_help = "ReferenceJudge's length_bias: the longest episode of a group gains it, the shortest loses it"
     parser.add_argument("--length-bias", type=float, default=0.0, help=bias_help)
-    credit_help = "trajectory: one advantage per episode; turn: plus guess_number's reward for each turn"
-    parser.add_argument("--credit-assignment", choices=["trajectory", "turn"], default="trajectory", help=credit_help)
+    credit_help = "trajectory: one advantage per episode; turn: plus guess_number's reward for each turn (one run each)"
+    credit = {"nargs": "+", "choices": ["trajectory", "turn"], "default": ["trajectory"]}
+    parser.add_argument("--credit-assignment", **credit, help=credit_help)
     args = parser.parse_args()
     if args.judge == "tiny":
         args.noise = [0.0]  # the tiny judge's errors are its own
     torch.set_num_threads(2)
     learning_rate = args.learning_rate or LEARNING_RATES[args.training]
-    config = dataclasses.replace(
-        CONFIG, steps=args.steps, learning_rate=learning_rate, seed=args.seed, credit_assignment=args.credit_assignment
-    )
+    config = dataclasses.replace(CONFIG, steps=args.steps, learning_rate=learning_rate, seed=args.seed)
 
     name = "grpo_learning.json" if args.training == "lora" else "grpo_learning_full.json"
     if args.judge == "tiny":
         name = "grpo_learning_llm_judge.json"
     elif args.length_bias:
         name = "grpo_learning_length_bias.json"
-    elif args.credit_assignment == "turn":
-        name = "grpo_learning_turn_credit.json"
+    elif args.credit_assignment != ["trajectory"]:
+        name = "grpo_learning_credit.json"
     out = Path(args.out or Path(__file__).parent / "results" / name)
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {
@@ -251,16 +251,19 @@ def main() -> dict:
         "targets": LLM_JUDGE_TARGETS if args.judge == "tiny" else TARGETS,
     }
     runs, before = [], None
-    for noise in args.noise:
+    arms = [(noise, credit) for noise in args.noise for credit in args.credit_assignment]
+    for noise, credit in arms:
         torch.manual_seed(config.seed)
-        result = run(noise, config, args.eval_seeds, before, args.training, args.judge, args.length_bias)
+        arm = dataclasses.replace(config, credit_assignment=credit)
+        result = run(noise, arm, args.eval_seeds, before, args.training, args.judge, args.length_bias)
+        result["credit_assignment"] = credit
         before = result.pop("_before")  # the same start model and seeds: evaluate it once
         runs.append(result)
         print(json.dumps({k: v for k, v in result.items() if not k.endswith("_by_step")}, indent=2))
         report.update({k: v for k, v in runs[0].items() if not k.endswith("_by_step")})  # first run, flat
         report["runs"] = runs
         out.write_text(json.dumps(report, indent=2) + "\n")  # after every run: a crash keeps the finished ones
-        print(f"wrote {out} ({len(runs)} of {len(args.noise)} runs)")
+        print(f"wrote {out} ({len(runs)} of {len(arms)} runs)")
     return report
 
 

@@ -132,3 +132,16 @@ def test_a_strategy_the_environment_lacks_and_a_too_long_demonstration_are_clear
     (short / "tokenizer_config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="tokens, more than the model's context \\(200\\)"):
         warm_start(InboxSearch(), WarmStartConfig(strategy="expert", episodes=4), base=short, root=tmp_path)
+
+
+def test_each_committed_warm_start_is_the_build_of_its_current_recipe() -> None:
+    """A committed model under `agentic_rl_lab/data/` that records another recipe would be silently rebuilt."""
+    from agentic_rl_lab.warm_start import RECIPES, warm_started_model_path
+
+    for env_name, recipe in RECIPES.items():
+        if not recipe.directory.is_dir():
+            continue  # not committed: warm_started_model_path builds it
+        assert load_info(recipe.directory)["config"] == dataclasses.asdict(recipe.config), env_name
+        assert warm_started_model_path(env_name) == recipe.directory
+    with pytest.raises(ValueError, match="no warm-start recipe for 'guess_number'; there are: inbox_search, fog_maze"):
+        warm_started_model_path("guess_number")

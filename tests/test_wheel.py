@@ -13,13 +13,15 @@ from installs import isolated_env, run
 
 from agentic_rl_lab import tiny
 from agentic_rl_lab.envs import inbox_data
+from agentic_rl_lab.warm_start import RECIPES
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_wheel_carries_the_committed_model_and_inbox(lab_wheel: Path) -> None:
     names = set(zipfile.ZipFile(lab_wheel).namelist())
-    for folder in (tiny.EMBEDDED_MODEL_DIR, inbox_data.DEFAULT_DATA_DIR):
+    warm_starts = [recipe.directory for recipe in RECIPES.values() if recipe.directory.is_dir()]
+    for folder in (tiny.EMBEDDED_MODEL_DIR, inbox_data.DEFAULT_DATA_DIR, *warm_starts):
         committed = {path.relative_to(ROOT).as_posix() for path in folder.iterdir()}
         assert committed and committed <= names, f"missing from the wheel: {sorted(committed - names)}"
 
