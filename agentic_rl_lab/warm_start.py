@@ -265,18 +265,14 @@ def load_info(path: str | Path) -> dict[str, Any]:
 PRACTICE_INBOXES = 20
 """Inboxes the demonstrations are shared among: other draws of the same generator (`inbox_data.practice_inboxes`)."""
 INBOX_WARM_START = WarmStartConfig(
-    strategy="mediocre",
-    episodes=3000,
-    sft_steps=1800,
-    learning_rate=1e-3,
-    loss_on="episode",
-    copy_drill_steps=5000,
-    copy_drill_every=4,
+    strategy="mediocre", episodes=3000, sft_steps=1500, learning_rate=1e-3, loss_on="episode"
 )
-"""A copying drill first: without it the model searched well, then read ids and answered values it had not copied
-(0% of held-out questions after up to 4,000 steps). The demonstrations are spread over many inboxes, so that a small
-model cannot memorise one inbox's answers and must read them off the emails, and the loss counts the observations
-too, which repeat what a search listed: more practice at copying. docs/warm-start.md has what each recipe measured."""
+"""The best recipe measured, and it does not work yet: the model searches with the right entity, then reads ids and
+answers values it has not copied (0% of held-out questions, 92.9% valid turns). The demonstrations are spread over
+many inboxes, so that a small model cannot memorise one inbox's answers and must read them off the emails, and the
+loss counts the observations too, which repeat what a search listed: practice at copying. A copying drill before the
+demonstrations (`copy_drill_steps`, with or without `copy_drill_every`) taught copying on random tokens but left
+the model worse at the task (24-41% valid turns). docs/warm-start.md has what each recipe measured."""
 FOG_MAZE_WARM_START = WarmStartConfig(strategy="mediocre", episodes=1500, sft_steps=800, learning_rate=1e-3)
 """`fog_maze`'s `mediocre` walks at random but never turns back unless at a dead end, and steps into the exit when
 it sees it (61-71% success): each move reads the latest view and the last move, a few tokens back, so no drill."""

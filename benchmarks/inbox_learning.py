@@ -14,7 +14,7 @@
 
 Not run yet: the warm start's recipes leave cpu-tiny at 0% on the test questions (docs/warm-start.md), and GRPO
 cannot improve on a policy that never succeeds. The script builds the warm start when no committed copy is current
-(`python -m agentic_rl_lab warm-start inbox_search`, about 40 minutes on 2 cores), then trains.
+(`python -m agentic_rl_lab warm-start inbox_search`, about 25 minutes on 2 cores), then trains.
 
 Targets (issue 21): warm-start success at least 30% and below 70%; GRPO lifts it by at least 15 points in under
 30 minutes on 2 cores. `success_before` and `success_after` at the top level are the reference-judge run's. The LLM

@@ -138,9 +138,10 @@ def test_each_committed_warm_start_is_the_build_of_its_current_recipe() -> None:
     """A committed model under `agentic_rl_lab/data/` that records another recipe would be silently rebuilt."""
     from agentic_rl_lab.warm_start import RECIPES, warm_started_model_path
 
-    for env_name, recipe in RECIPES.items():
-        if not recipe.directory.is_dir():
-            continue  # not committed: warm_started_model_path builds it
+    committed = {name for name, recipe in RECIPES.items() if recipe.directory.is_dir()}
+    assert committed >= {"fog_maze"}  # inbox_search's is not yet: no recipe works (docs/warm-start.md)
+    for env_name in committed:
+        recipe = RECIPES[env_name]
         assert load_info(recipe.directory)["config"] == dataclasses.asdict(recipe.config), env_name
         assert warm_started_model_path(env_name) == recipe.directory
     with pytest.raises(ValueError, match="no warm-start recipe for 'guess_number'; there are: inbox_search, fog_maze"):
