@@ -126,7 +126,9 @@ class TinyConfig:
     (AMX or AVX512-BF16), much slower on one without. `None` decides from the CPU (see `native_bf16`)."""
 
     def sft(self) -> SFTConfig:
-        """The supervised fine-tuning settings above, for `agentic_rl_lab.sft.train_sft`."""
+        """The supervised fine-tuning settings above, for `agentic_rl_lab.sft.train_sft`. They stay fields of this
+        flat config, not an `SFTConfig` inside it, because `cache_key` hashes these fields: the committed model's key
+        would change with its nesting."""
         return SFTConfig(**{name: getattr(self, name) for name in SFTConfig.__dataclass_fields__})
 
     def cache_key(self) -> str:

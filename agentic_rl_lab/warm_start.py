@@ -97,7 +97,8 @@ def copy_drill(tokenizer: Any, count: int, seed: int) -> list[Example]:
     its first token counts in the loss: each of those tokens can be predicted by finding the previous token earlier
     in the context and copying what followed it, which is exactly what an induction head does."""
     rng = random.Random(seed)
-    vocabulary = [i for i in range(len(tokenizer)) if i not in set(tokenizer.all_special_ids)]
+    special = set(tokenizer.all_special_ids)
+    vocabulary = [i for i in range(len(tokenizer)) if i not in special]
     separator = tokenizer.convert_tokens_to_ids(END_OF_TURN)
     drills = []
     for _ in range(count):

@@ -173,7 +173,7 @@ class GRPOTrainer:
     ) -> None:
         self.config, self.model, self.tokenizer, self.env, self.judge = config, model, tokenizer, env, judge
         self.eval_env = eval_env or env
-        if config.credit_assignment == "turn" and env.turn_rewards(env.reset(0)) is None:
+        if config.credit_assignment == "turn" and type(env).turn_rewards is Environment.turn_rewards:
             raise ValueError(f"credit_assignment='turn' needs a task that rewards single turns; {env.name} does not")
         self.run_dir = Path(run_dir)
         self.callbacks = list(callbacks)
