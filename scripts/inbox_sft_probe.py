@@ -1,0 +1,178 @@
+"""Experiment: does cpu-tiny learn to copy on inbox_search, and after how many SFT steps?
+
+A warm start that scores 0% says nothing about *why*. This trains like `agentic_rl_lab.warm_start` (the same
+demonstrations and loss), in chunks, and after each chunk measures the skill the task needs and the model lacked:
+copying from a tool reply. On held-out demonstrations (the lab inbox's test split, played by the demonstrator), with
+teacher forcing, it counts how often the model's most likely next token is the demonstrator's on the tokens that
+are copies: the id in `read_email`, the answer's text, and the cited ids. "fields" is the share of those arguments
+with every token right. Each chunk's line goes to `--log` (JSON lines); a rerun resumes after the last chunk.
+
+    python scripts/inbox_sft_probe.py --out runs/probe-a --batch-tokens 1536 --steps 6000
+    python scripts/inbox_sft_probe.py --out runs/probe-a --play 64     # then play the test split with the model
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from agentic_rl_lab.envs.inbox_search import InboxSearch
+from agentic_rl_lab.sft import Example, _runs, demonstration_examples, play_demonstrations, sft_batches, sft_loss
+from agentic_rl_lab.tiny import default_model_path
+from agentic_rl_lab.warm_start import inbox_warm_start_envs
+
+PROBE_BLOCK = 77  # a demonstration block no recipe uses
+
+
+def copy_fields(tokenizer, example: Example, messages) -> list[tuple[str, list[int]]]:
+    """(kind, token positions) of every copied argument in the assistant's turns of `example`."""
+    fields = []
+    turns = [m for m in messages if m.get("role") == "assistant"]
+    for (start, end), message in zip(_runs(example.assistant_mask), turns):
+        call = (message.get("tool_calls") or [{}])[0].get("function", {})
+        arguments = json.loads(call.get("arguments", "{}")) if call else {}
+        wanted = []
+        if call.get("name") == "read_email":
+            wanted = [("read_id", arguments["id"])]
+        elif call.get("name") == "answer" and arguments.get("source_ids"):
+            wanted = [("answer_text", arguments["text"])] + [("cited_id", i) for i in arguments["source_ids"]]
+        text, offsets = "", []
+        for position in range(start, end):
+            offsets.append(len(text))
+            text += tokenizer.decode([example.input_ids[position]])
+        searched_from = 0
+        for kind, value in wanted:
+            at = text.find(json.dumps(value)[1:-1], searched_from)
+            if at < 0:
+                continue
+            searched_from = at + len(value)
+            positions = [start + k for k, o in enumerate(offsets) if at <= o < at + len(value)]
+            fields.append((kind, positions))
+    return fields
+
+
+def probe(model, tokenizer, examples: list[Example], fields) -> dict:
+    """Teacher-forced accuracy of the argmax token on every copied field's tokens, by kind."""
+    right: dict[str, list[int]] = {}
+    with torch.no_grad():
+        for example, example_fields in zip(examples, fields):
+            predicted = model(input_ids=torch.tensor([example.input_ids])).logits[0].argmax(-1).tolist()
+            for kind, positions in example_fields:
+                hits = [predicted[p - 1] == example.input_ids[p] for p in positions]
+                counts = right.setdefault(kind, [0, 0, 0, 0])  # right tokens, tokens, right fields, fields
+                counts[0] += sum(hits)
+                counts[1] += len(hits)
+                counts[2] += all(hits)
+                counts[3] += 1
+    return {
+        kind: {"tokens": round(c[0] / max(1, c[1]), 3), "fields": round(c[2] / max(1, c[3]), 3), "n": c[3]}
+        for kind, c in right.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--episodes", type=int, default=3000)
+    parser.add_argument("--batch-tokens", type=int, default=1536)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=6000)
+    parser.add_argument("--chunk", type=int, default=250)
+    parser.add_argument("--loss-on", choices=["assistant", "episode"], default="episode")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--play", type=int, default=0, help="play this many test-split episodes with the model")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    log, checkpoint = args.out / "log.jsonl", args.out / "state.pt"
+    base = default_model_path(progress=False)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+
+    if args.play:
+        from agentic_rl_lab.policies import HFPolicy
+        from agentic_rl_lab.rollout import collect_groups
+        from agentic_rl_lab.seeds import held_out_seeds
+
+        model.load_state_dict(torch.load(checkpoint, weights_only=False)["model"])
+        model.save_pretrained(args.out / "model")
+        tokenizer.save_pretrained(args.out / "model")
+        policy = HFPolicy.from_pretrained(args.out / "model", seed=0, temperature=0.6)
+        env = InboxSearch(split="test")
+        groups = collect_groups(env, policy, held_out_seeds(args.play), 1, batch_size=64, max_exceptions=args.play)
+        trajectories = [t for g in groups for t in g.trajectories]
+        turns = sum(t.num_turns for t in trajectories)
+        bad = sum(len({e.turn for e in t.errors}) for t in trajectories)
+        result = {
+            "played": len(trajectories),
+            "success_rate": sum(t.outcome.success for t in trajectories) / args.play,
+            "format_valid_turn_rate": (turns - bad) / turns,
+            "gave_up": sum("could not find" in (t.final_answer or "") for t in trajectories) / len(trajectories),
+        }
+        print(json.dumps(result))
+        with log.open("a") as f:
+            f.write(json.dumps({"play": result}) + "\n")
+        for t in trajectories[:3]:
+            print([m.get("content") or m.get("tool_calls") for m in t.messages[2:]])
+        return
+
+    started = time.perf_counter()
+    demos = play_demonstrations(inbox_warm_start_envs(), "mediocre", args.episodes, 0)
+    strategy = InboxSearch.strategies["mediocre"]
+    examples = demonstration_examples(tokenizer, demos, strategy, 16, "0")
+    if args.loss_on == "episode":
+        for example in examples:
+            first = example.assistant_mask.index(True)
+            example.assistant_mask = [p >= first for p in range(len(example.input_ids))]
+    held_out = play_demonstrations([InboxSearch(split="test")], "mediocre", 60, PROBE_BLOCK)
+    probe_examples = demonstration_examples(tokenizer, held_out, strategy, 0, "probe")
+    probe_fields = [copy_fields(tokenizer, e, d.messages) for e, d in zip(probe_examples, held_out)]
+    print(f"prepared in {time.perf_counter() - started:.0f} s", flush=True)
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, betas=(0.9, 0.95), weight_decay=0.0)
+    step = 0
+    if checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step = state["step"]
+    else:
+        model.eval()
+        with log.open("a") as f:
+            f.write(json.dumps({"step": 0, "probe": probe(model, tokenizer, probe_examples, probe_fields)}) + "\n")
+    while step < args.steps:
+        batches = sft_batches(examples, args.batch_tokens, random.Random(step))  # reseeded per chunk: resumable
+        model.train()
+        losses, chunk_started = [], time.perf_counter()
+        for _ in range(args.chunk):
+            for group in optimizer.param_groups:
+                group["lr"] = args.learning_rate * min(1.0, (step + 1) / args.warmup)
+            loss = sft_loss(model, next(batches), tokenizer.pad_token_id)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            step += 1
+        model.eval()
+        record = {
+            "step": step,
+            "loss": round(sum(losses) / len(losses), 4),
+            "seconds": round(time.perf_counter() - chunk_started, 1),
+            "probe": probe(model, tokenizer, probe_examples, probe_fields),
+        }
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, checkpoint)
+        with log.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(json.dumps(record), flush=True)
+
+
+if __name__ == "__main__":
+    main()
