@@ -9,6 +9,7 @@ Needs `/usr/bin/chromium` (`apt-get install chromium`; `.ci/run` installs it) an
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -41,6 +42,9 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 IMAGES = Path(__file__).resolve().parents[1] / "notebooks" / "images"
+DEMO_METRICS = Path(__file__).resolve().parent / "data" / "demo_metrics.jsonl"
+"""The `metrics.jsonl` that `python3 scripts/lab.py demo` wrote (runs/demo/grpo/, 10 GRPO steps of cpu-tiny on
+guess_number, 2 cores of an AMD EPYC): the dashboard in the README shows a real run, not made-up curves."""
 WIDGET_ERRORS = ("Error displaying widget", "Failed to load model class", "Traceback")
 SCREENSHOTS = {  # the README's names -> the viewer's CSS class (each viewer adds one to its outer widget)
     "trajectory_viewer.png": ".arl-trajectory-viewer",
@@ -65,14 +69,12 @@ tokenizer = AutoTokenizer.from_pretrained(MODEL_DIR)
     "GroupScoreboard(groups[0])",
     "TokenView(sampled[0].trajectories[0], tokenizer)",
     """
-dashboard = TrainingDashboard([{"step": 0, "eval_only": True, "eval_success": 0.1, "eval_mean_turns": 10.0}])
+import json
+
+rows = [json.loads(line) for line in open("metrics.jsonl")]  # a real run's metrics (see DEMO_METRICS)
+dashboard = TrainingDashboard(rows[:1])
 display(dashboard)
-for step in range(6):  # live updates after display, as a trainer callback makes them
-    row = {"step": step, "reward_mean": 0.2 + 0.1 * step, "reward_std": 0.15, "approx_kl": 0.002 * step}
-    row |= {"clip_fraction": 0.1 / (step + 1), "completion_tokens": 60 - 5 * step}
-    row |= {"seconds_rollout": 3.0, "seconds_judge": 0.5, "seconds_update": 1.5}
-    if step == 5:
-        row |= {"eval_success": 0.5, "eval_mean_turns": 7.5}
+for row in rows[1:]:  # live updates after display, as the trainer's callback makes them
     dashboard(None, row)
 """,
     'print("ALL-CELLS-DONE")',
@@ -111,6 +113,7 @@ def write_inputs(root: Path, model_dir: Path) -> dict:
         collected = collect_groups(env, ScriptedPolicy(env, strategy, seed=1), [0], 4, progress=False)
         groups += ReferenceJudge(noise=0.1, permutations=2, seed=0).score_groups(collected, progress=False)
     append_groups(root / "groups.jsonl", groups)
+    shutil.copy(DEMO_METRICS, root / "metrics.jsonl")
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
