@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import time
 from pathlib import Path
 
@@ -42,17 +43,20 @@ def copy_fields(tokenizer, example: Example, messages) -> list[tuple[str, list[i
             wanted = [("read_id", arguments["id"])]
         elif call.get("name") == "answer" and arguments.get("source_ids"):
             wanted = [("answer_text", arguments["text"])] + [("cited_id", i) for i in arguments["source_ids"]]
+            if message.get("content"):  # the email's line, quoted before the call
+                wanted.insert(0, ("quote", message["content"].split(": ", 1)[-1]))
         text, offsets = "", []
         for position in range(start, end):
             offsets.append(len(text))
             text += tokenizer.decode([example.input_ids[position]])
-        searched_from = 0
+        searched_from = 0  # the fields in the order they are written
         for kind, value in wanted:
-            at = text.find(json.dumps(value)[1:-1], searched_from)
+            at = text.find(json.dumps(value)[1:-1] if kind != "quote" else value, searched_from)
             if at < 0:
                 continue
             searched_from = at + len(value)
-            positions = [start + k for k, o in enumerate(offsets) if at <= o < at + len(value)]
+            ends = offsets[1:] + [len(text)]
+            positions = [start + k for k, (o, e) in enumerate(zip(offsets, ends)) if o < at + len(value) and e > at]
             fields.append((kind, positions))
     return fields
 
@@ -114,7 +118,7 @@ def main() -> None:
             "played": len(trajectories),
             "success_rate": sum(t.outcome.success for t in trajectories) / args.play,
             "format_valid_turn_rate": (turns - bad) / turns,
-            "gave_up": sum("could not find" in (t.final_answer or "") for t in trajectories) / len(trajectories),
+            "gave_up": statistics.mean("could not find it" in json.dumps(t.messages[-2:]) for t in trajectories),
         }
         print(json.dumps(result))
         with log.open("a") as f:

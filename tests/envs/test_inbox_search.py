@@ -125,22 +125,26 @@ def test_random_strategy_makes_only_valid_calls_and_rarely_succeeds():
     assert successes <= 8
 
 
-def test_mediocre_gives_up_or_answers_from_what_it_read_and_succeeds_about_half_the_time():
+def test_mediocre_gives_up_or_quotes_and_answers_what_it_read_and_succeeds_about_half_the_time():
     """The warm start's demonstrator: headroom for RL (it gives up ~40% of the time), yet it never answers
-    anything but a value it read, so imitating it teaches every skill the task needs."""
+    anything but a value it read, quoted first as the email's line, so imitating it teaches every skill the task
+    needs; and one search result only, so the id it reads is the only one in its context."""
     outcomes, gave_up = [], 0
     for seed in range(300):
         env = InboxSearch()
         history = play(env, "mediocre", seed)
         exchanges = tool_exchanges(history)
         assert env.metrics["invalid_actions"] == 0 and exchanges[0][0] == "search_inbox"
+        assert exchanges[0][1]["max_results"] == 1
         name, arguments, _ = exchanges[-1]
-        assert name == "answer" and len(exchanges) <= 4  # a search, one or two reads, the answer
+        assert name == "answer" and len(exchanges) <= 3  # a search, at most one read, the answer
         read = "\n".join(reply for tool, _, reply in exchanges if tool == "read_email")
         if arguments["text"] == "I could not find it.":
             gave_up += not read
         else:
-            assert f": {arguments['text']}\n" in read + "\n"  # a value of a `Label: value` line it read
+            quote = history[-2]["content"]  # the answering turn's text, before its call
+            assert quote.endswith(f": {arguments['text']}") and f"\n{quote}\n" in read  # the email's line
+            assert arguments["source_ids"] == [exchanges[1][1]["id"]]
         outcomes.append(env.outcome())
     assert 0.3 <= gave_up / 300 <= 0.5
     assert 0.35 <= sum(outcome.success for outcome in outcomes) / 300 <= 0.6
