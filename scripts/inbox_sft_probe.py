@@ -26,7 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from agentic_rl_lab.envs.inbox_search import InboxSearch
 from agentic_rl_lab.sft import Example, _runs, demonstration_examples, play_demonstrations, sft_batches, sft_loss
 from agentic_rl_lab.tiny import default_model_path
-from agentic_rl_lab.warm_start import inbox_warm_start_envs
+from agentic_rl_lab.warm_start import COPY_DRILL_BATCH_TOKENS, copy_drill, copying_accuracy, inbox_warm_start_envs
 
 PROBE_BLOCK = 77  # a demonstration block no recipe uses
 
@@ -90,6 +90,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6000)
     parser.add_argument("--chunk", type=int, default=250)
     parser.add_argument("--loss-on", choices=["assistant", "episode"], default="episode")
+    parser.add_argument("--drill-every", type=int, default=0, help="every this many steps, a copying-drill batch")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--play", type=int, default=0, help="play this many test-split episodes with the model")
     args = parser.parse_args()
@@ -138,6 +139,7 @@ def main() -> None:
     held_out = play_demonstrations([InboxSearch(split="test")], "mediocre", 60, PROBE_BLOCK)
     probe_examples = demonstration_examples(tokenizer, held_out, strategy, 0, "probe")
     probe_fields = [copy_fields(tokenizer, e, d.messages) for e, d in zip(probe_examples, held_out)]
+    drills, drill_probe = copy_drill(tokenizer, 40_000, seed=5), copy_drill(tokenizer, 30, seed=6)
     print(f"prepared in {time.perf_counter() - started:.0f} s", flush=True)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, betas=(0.9, 0.95), weight_decay=0.0)
@@ -153,12 +155,14 @@ def main() -> None:
             f.write(json.dumps({"step": 0, "probe": probe(model, tokenizer, probe_examples, probe_fields)}) + "\n")
     while step < args.steps:
         batches = sft_batches(examples, args.batch_tokens, random.Random(step))  # reseeded per chunk: resumable
+        drill_batches = sft_batches(drills, COPY_DRILL_BATCH_TOKENS, random.Random(step + 1))
         model.train()
         losses, chunk_started = [], time.perf_counter()
         for _ in range(args.chunk):
             for group in optimizer.param_groups:
                 group["lr"] = args.learning_rate * min(1.0, (step + 1) / args.warmup)
-            loss = sft_loss(model, next(batches), tokenizer.pad_token_id)
+            drilling = args.drill_every and step % args.drill_every == args.drill_every - 1
+            loss = sft_loss(model, next(drill_batches if drilling else batches), tokenizer.pad_token_id)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
@@ -171,6 +175,7 @@ def main() -> None:
             "loss": round(sum(losses) / len(losses), 4),
             "seconds": round(time.perf_counter() - chunk_started, 1),
             "probe": probe(model, tokenizer, probe_examples, probe_fields),
+            "drill_accuracy": copying_accuracy(model, drill_probe),
         }
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, checkpoint)
         with log.open("a") as f:
