@@ -60,6 +60,8 @@ class Example:
     soft_targets: dict[int, dict[int, float]] = field(default_factory=dict)
     """Position -> {token id: probability}: where the demonstrator could have written another token, the
     distribution it draws from, which the loss targets instead of the one token it wrote."""
+    weights: dict[int, float] = field(default_factory=dict)
+    """Position -> loss weight, for counted tokens that should weigh more (or less) than 1 in the mean."""
 
 
 def tokenize_episode(tokenizer: Any, messages: list[Message], tools: list[Any] | None) -> tuple[list[int], list[bool]]:
@@ -235,7 +237,13 @@ def sft_loss(model: Any, batch: Sequence[Example], pad_id: int) -> Any:
         weighted = -torch.tensor(weights, device=device) * logprobs[rows_t, tokens_t]
         soft = torch.zeros_like(loss).index_add(0, rows_t, weighted)
         loss = torch.where(torch.zeros_like(loss, dtype=torch.bool).index_fill(0, rows_t, True), soft, loss)
-    return loss.mean()
+    if not any(example.weights for example in batch):
+        return loss.mean()
+    weight = torch.ones_like(loss)
+    for b, example in enumerate(batch):
+        for position, value in example.weights.items():
+            weight[int(row_of[b, position - 1])] = value
+    return (loss * weight).sum() / weight.sum()
 
 
 def native_bf16() -> bool:
@@ -253,15 +261,16 @@ def train_sft(
     progress: bool,
     checkpoint: Path | None = None,
     checkpoint_every: int = 50,
-    rehearse: tuple[Sequence[Example], int, int] | None = None,
+    rehearse: tuple[Sequence[Example], int, int, float] | None = None,
 ) -> list[float]:
     """AdamW with linear warmup and cosine decay over `config.sft_steps` batches; returns the loss of each step.
 
     It trains on the model's device: move the model to a GPU first and the same steps take seconds, not minutes.
     With `checkpoint` (a file), the state is saved there every `checkpoint_every` steps, and a rerun with the same
     arguments resumes from it: the same batches in the same order, as if it had never stopped.
-    `rehearse=(examples, batch_tokens, every)` makes every `every`-th step a batch of those other examples: a skill
-    learned before (see `agentic_rl_lab.warm_start.copy_drill`) that the new examples would otherwise overwrite."""
+    `rehearse=(examples, batch_tokens, every, lr_scale)` makes every `every`-th step a batch of those other examples,
+    at `lr_scale` times the learning rate: a skill learned before (see `agentic_rl_lab.warm_start.copy_drill`) that
+    the new examples would otherwise overwrite."""
     import torch
     from tqdm.auto import tqdm
 
@@ -279,8 +288,9 @@ def train_sft(
 
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, learning_rate)
     batches = sft_batches(examples, config.batch_tokens, rng)
+    every, lr_scale = (rehearse[2], rehearse[3]) if rehearse is not None else (0, 1.0)
     if rehearse is not None:
-        others, other_tokens, every = rehearse
+        others, other_tokens = rehearse[0], rehearse[1]
         batches = _interleave(batches, sft_batches(others, other_tokens, random.Random(config.seed + 1)), every)
     device = model.get_input_embeddings().weight.device
     if device.type == "cuda":  # every CUDA GPU the lab supports computes bfloat16 natively
@@ -304,6 +314,9 @@ def train_sft(
                 loss = sft_loss(model, next(batches), pad_id)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            if every and (step + 1) % every == 0:  # a rehearsal batch (see `_interleave`): its own rate
+                for group in optimizer.param_groups:
+                    group["lr"] *= lr_scale  # the schedule's next step sets the rate afresh
             optimizer.step()
             schedule.step()
             optimizer.zero_grad(set_to_none=True)

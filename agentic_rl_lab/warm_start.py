@@ -79,6 +79,16 @@ class WarmStartConfig:
     """Then every this many steps of the demonstrations is a drill step too (0: none). Measured on inbox_search:
     without them the demonstrations erased the drilled copying (69% of drill tokens right, then 0.9%), and the model
     ended worse than with no drill at all (24% valid turns)."""
+    copy_drill_gap: int = 0
+    """Those drills put up to this many random tokens between their two copies (see `copy_drill`)."""
+    copy_drill_batch_tokens: int = 560
+    """Tokens per batch of those drills (the drill phase's are `COPY_DRILL_BATCH_TOKENS`)."""
+    copy_drill_learning_rate: float | None = None
+    """Their learning rate (None: the demonstrations')."""
+    copy_weight: float = 1.0
+    """Loss weight of the demonstrator's tokens that copy from a tool reply (see `weigh_copies`); 1: like any other."""
+    min_learning_rate_ratio: float = 0.02
+    """The demonstrations' learning rate decays to this fraction of `learning_rate` (1.0: constant)."""
     seed: int = 0
 
 
@@ -92,10 +102,12 @@ COPY_DRILL_LEARNING_RATE = 2e-3
 """Constant after a warm-up of 50 steps."""
 
 
-def copy_drill(tokenizer: Any, count: int, seed: int) -> list[Example]:
-    """`count` drills: a random sequence of tokens, an end of turn, the same sequence again. Only the repeat after
-    its first token counts in the loss: each of those tokens can be predicted by finding the previous token earlier
-    in the context and copying what followed it, which is exactly what an induction head does."""
+def copy_drill(tokenizer: Any, count: int, seed: int, gap: int = 0) -> list[Example]:
+    """`count` drills: a random sequence of tokens, up to `gap` other random tokens, an end of turn, the same
+    sequence again. Only the repeat after its first token counts in the loss: each of those tokens can be predicted
+    by finding the previous token earlier in the context and copying what followed it, which is exactly what an
+    induction head does. The gap makes the copy reach as far back as an episode's do (an id in a search reply is
+    40-80 tokens before the call that needs it); without it, measured, the copying learned on drills stayed there."""
     rng = random.Random(seed)
     special = set(tokenizer.all_special_ids)
     vocabulary = [i for i in range(len(tokenizer)) if i not in special]
@@ -103,9 +115,26 @@ def copy_drill(tokenizer: Any, count: int, seed: int) -> list[Example]:
     drills = []
     for _ in range(count):
         sequence = rng.choices(vocabulary, k=rng.randint(*COPY_DRILL_LENGTHS))
-        n = len(sequence)
-        drills.append(Example("copy_drill", [*sequence, separator, *sequence], [False] * (n + 2) + [True] * (n - 1)))
+        filler = rng.choices(vocabulary, k=rng.randint(0, gap))
+        n, m = len(sequence), len(filler)
+        ids = [*sequence, *filler, separator, *sequence]
+        drills.append(Example("copy_drill", ids, [False] * (n + m + 2) + [True] * (n - 1)))
     return drills
+
+
+def weigh_copies(example: Example, weight: float) -> None:
+    """Weigh `weight` in the loss each counted token that continues a pair of tokens of an earlier tool reply: the
+    id in `read_email` (`e`, `218` after a search listed `e218`), the value of a line the agent quotes. Those are the
+    tokens only copying predicts, a few in an episode of hundreds: weighted, they carry the loss as in a drill."""
+    first = example.assistant_mask.index(True) if any(example.assistant_mask) else len(example.input_ids)
+    seen: set[tuple[int, int]] = set()
+    ids, mask = example.input_ids, example.assistant_mask
+    for position in range(first, len(ids)):
+        pair = (ids[position - 1], ids[position])
+        if mask[position] and pair in seen:
+            example.weights[position] = weight
+        elif not mask[position] and not mask[position - 1]:  # inside a tool reply (or its header)
+            seen.add(pair)
 
 
 def copying_accuracy(model: Any, drills: Sequence[Example]) -> float:
@@ -186,6 +215,8 @@ def warm_start(
         if config.loss_on == "episode":
             first = example.assistant_mask.index(True) if any(example.assistant_mask) else len(example.input_ids)
             example.assistant_mask = [position >= first for position in range(len(example.input_ids))]
+        if config.copy_weight != 1.0:
+            weigh_copies(example, config.copy_weight)
     prepared = time.perf_counter()
 
     drill_losses: list[float] = []
@@ -210,14 +241,20 @@ def warm_start(
         batch_tokens=config.batch_tokens,
         learning_rate=config.learning_rate,
         warmup_steps=config.warmup_steps,
+        min_learning_rate_ratio=config.min_learning_rate_ratio,
     )
     rehearse = None
     if config.copy_drill_steps and config.copy_drill_every:
-        drills = copy_drill(tokenizer, config.sft_steps * 17 // config.copy_drill_every + 17, config.seed + 2)
-        rehearse = (drills, COPY_DRILL_BATCH_TOKENS, config.copy_drill_every)
+        per_batch = max(1, config.copy_drill_batch_tokens // (32 + config.copy_drill_gap // 2))  # about
+        count = (config.sft_steps // config.copy_drill_every + 1) * per_batch
+        drills = copy_drill(tokenizer, count, config.seed + 2, config.copy_drill_gap)
+        rate = config.copy_drill_learning_rate or config.learning_rate
+        rehearse = (drills, config.copy_drill_batch_tokens, config.copy_drill_every, rate / config.learning_rate)
     losses = train_sft(model, examples, sft, tokenizer.pad_token_id, progress, work / "checkpoint.pt", 25, rehearse)
     if config.copy_drill_steps:  # is the copying still there after the demonstrations?
-        copy_accuracy_after = copying_accuracy(model, copy_drill(tokenizer, 200, seed=config.seed + 1))
+        copy_accuracy_after = copying_accuracy(
+            model, copy_drill(tokenizer, 200, seed=config.seed + 1, gap=config.copy_drill_gap)
+        )
     model.cpu().save_pretrained(work)
     tokenizer.save_pretrained(work)
     lengths = sorted(len(e.input_ids) for e in examples)

@@ -110,6 +110,8 @@ def main() -> None:
     parser.add_argument("--drill-every", type=int, default=0, help="every this many steps, a copying-drill batch")
     parser.add_argument("--drill-steps", type=int, default=0, help="copying-drill steps first")
     parser.add_argument("--drill-lr", type=float, default=2e-3, help="learning rate of drill steps")
+    parser.add_argument("--drill-gap", type=int, default=0, help="random tokens between a drill's two copies")
+    parser.add_argument("--drill-tokens", type=int, default=COPY_DRILL_BATCH_TOKENS, help="tokens per drill batch")
     parser.add_argument("--copy-weight", type=float, default=1.0, help="loss weight of the copied tokens")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--play", type=int, default=0, help="play this many test-split episodes with the model")
@@ -161,7 +163,7 @@ def main() -> None:
     held_out = play_demonstrations([InboxSearch(split="test")], "mediocre", 60, PROBE_BLOCK)
     probe_examples = demonstration_examples(tokenizer, held_out, strategy, 0, "probe")
     probe_fields = [copy_fields(tokenizer, e, d.messages) for e, d in zip(probe_examples, held_out)]
-    drills, drill_probe = copy_drill(tokenizer, 40_000, seed=5), copy_drill(tokenizer, 30, seed=6)
+    drills, drill_probe = copy_drill(tokenizer, 40_000, 5, args.drill_gap), copy_drill(tokenizer, 30, 6, args.drill_gap)
     print(f"prepared in {time.perf_counter() - started:.0f} s", flush=True)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, betas=(0.9, 0.95), weight_decay=0.0)
@@ -177,7 +179,7 @@ def main() -> None:
             f.write(json.dumps({"step": 0, "probe": probe(model, tokenizer, probe_examples, probe_fields)}) + "\n")
     while step < args.steps:
         batches = sft_batches(examples, args.batch_tokens, random.Random(step))  # reseeded per chunk: resumable
-        drill_batches = sft_batches(drills, COPY_DRILL_BATCH_TOKENS, random.Random(step + 1))
+        drill_batches = sft_batches(drills, args.drill_tokens, random.Random(step + 1))
         model.train()
         losses, chunk_started = [], time.perf_counter()
         for _ in range(args.chunk):

@@ -1,6 +1,7 @@
 """`agentic_rl_lab.sft`: demonstrations are reproducible and never held out, the loss is the cross-entropy to the
 demonstrator's distribution, and the soft targets estimate that distribution."""
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -93,7 +94,27 @@ def test_rehearsal_makes_every_nth_step_a_batch_of_the_other_examples(small_mode
         seen.append({example.env for example in batch})
         return real_loss(model, batch, pad_id)
 
+    rates, real_step = [], torch.optim.AdamW.step
+
+    def stepping(optimizer, *args, **kwargs):
+        rates.append(optimizer.param_groups[0]["lr"])
+        return real_step(optimizer, *args, **kwargs)
+
     monkeypatch.setattr(sft, "sft_loss", recording)
-    config = sft.SFTConfig(sft_steps=9, batch_tokens=8, warmup_steps=1)
-    sft.train_sft(model, main, config, 0, progress=False, rehearse=(other, 6, 3))
+    monkeypatch.setattr(torch.optim.AdamW, "step", stepping)
+    config = sft.SFTConfig(sft_steps=9, batch_tokens=8, warmup_steps=1, min_learning_rate_ratio=1.0)
+    sft.train_sft(model, main, config, 0, progress=False, rehearse=(other, 6, 3, 4.0))
     assert seen == [{"main"}, {"main"}, {"other"}] * 3
+    assert rates == pytest.approx([1e-3, 1e-3, 4e-3] * 3)  # the rehearsal batches at their own rate
+
+
+def test_weights_make_some_counted_tokens_weigh_more_in_the_mean(small_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(small_model_dir)
+    plain = sft.Example("e", [1, 2, 3, 4, 5], [False, True, True, True, True])
+    weighted = sft.Example("e", [1, 2, 3, 4, 5], [False, True, True, True, True], weights={2: 5.0})
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([plain.input_ids])).logits[0]
+        each = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(plain.input_ids[1:]), reduction="none")
+        assert sft.sft_loss(model, [plain], 0).item() == pytest.approx(each.mean().item(), rel=1e-4)
+        expected = (each.sum() + 4 * each[1]) / 8  # position 2 is predicted by row 1, counted 5 times
+        assert sft.sft_loss(model, [weighted], 0).item() == pytest.approx(expected.item(), rel=1e-4)

@@ -90,6 +90,27 @@ def test_the_copy_drill_counts_only_tokens_a_copy_can_predict(small_model_dir) -
         assert not set(first) & set(tokenizer.all_special_ids)
         # Counted: the repeat from its second token on, each one the token after an earlier copy of its predecessor.
         assert [i for i, counted in enumerate(drill.assistant_mask) if counted] == list(range(n + 2, 2 * n + 1))
+    separator = drills[0].input_ids[(len(drills[0].input_ids) - 1) // 2]
+    gaps = []
+    for drill in copy_drill(tokenizer, 50, seed=3, gap=40):  # the repeat after up to 40 other tokens
+        n = sum(drill.assistant_mask) + 1
+        end = drill.input_ids.index(separator)
+        assert drill.input_ids[:n] == drill.input_ids[end + 1 :] and end - n <= 40
+        assert [i for i, counted in enumerate(drill.assistant_mask) if counted] == list(range(end + 2, end + n + 1))
+        gaps.append(end - n)
+    assert min(gaps) < 10 and max(gaps) > 30
+
+
+def test_weigh_copies_weighs_the_tokens_that_continue_a_pair_from_a_tool_reply() -> None:
+    from agentic_rl_lab.sft import Example
+    from agentic_rl_lab.warm_start import weigh_copies
+
+    # system 1 2 | assistant 3 4 | tool 7 8 9 | assistant 4 7 8 9 5 (the copy: 8 after 7, 9 after 8)
+    ids = [1, 2, 3, 4, 7, 8, 9, 4, 7, 8, 9, 5]
+    mask = [False, False, True, True, False, False, False, True, True, True, True, True]
+    example = Example("e", ids, mask)
+    weigh_copies(example, 10.0)
+    assert example.weights == {9: 10.0, 10: 10.0}
 
 
 def test_a_warm_start_killed_after_its_drill_does_not_drill_again(small_model_dir, tmp_path, monkeypatch) -> None:
