@@ -261,16 +261,16 @@ def train_sft(
     progress: bool,
     checkpoint: Path | None = None,
     checkpoint_every: int = 50,
-    rehearse: tuple[Sequence[Example], int, int, float] | None = None,
+    rehearse: tuple[Sequence[Example], int, int, float, int] | None = None,
 ) -> list[float]:
     """AdamW with linear warmup and cosine decay over `config.sft_steps` batches; returns the loss of each step.
 
     It trains on the model's device: move the model to a GPU first and the same steps take seconds, not minutes.
     With `checkpoint` (a file), the state is saved there every `checkpoint_every` steps, and a rerun with the same
     arguments resumes from it: the same batches in the same order, as if it had never stopped.
-    `rehearse=(examples, batch_tokens, every, lr_scale)` makes every `every`-th step a batch of those other examples,
-    at `lr_scale` times the learning rate: a skill learned before (see `agentic_rl_lab.warm_start.copy_drill`) that
-    the new examples would otherwise overwrite."""
+    `rehearse=(examples, batch_tokens, every, lr_scale, until)` makes every `every`-th step before step `until` (0:
+    to the end) a batch of those other examples, at `lr_scale` times the learning rate: a skill learned before (see
+    `agentic_rl_lab.warm_start.copy_drill`) that the new examples would otherwise overwrite."""
     import torch
     from tqdm.auto import tqdm
 
@@ -288,10 +288,10 @@ def train_sft(
 
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, learning_rate)
     batches = sft_batches(examples, config.batch_tokens, rng)
-    every, lr_scale = (rehearse[2], rehearse[3]) if rehearse is not None else (0, 1.0)
+    every, lr_scale, until = rehearse[2:] if rehearse is not None else (0, 1.0, 0)
     if rehearse is not None:
         others, other_tokens = rehearse[0], rehearse[1]
-        batches = _interleave(batches, sft_batches(others, other_tokens, random.Random(config.seed + 1)), every)
+        batches = _interleave(batches, sft_batches(others, other_tokens, random.Random(config.seed + 1)), every, until)
     device = model.get_input_embeddings().weight.device
     if device.type == "cuda":  # every CUDA GPU the lab supports computes bfloat16 natively
         autocast = config.bf16_autocast is not False and torch.cuda.is_bf16_supported()
@@ -314,7 +314,7 @@ def train_sft(
                 loss = sft_loss(model, next(batches), pad_id)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            if every and (step + 1) % every == 0:  # a rehearsal batch (see `_interleave`): its own rate
+            if every and (step + 1) % every == 0 and (not until or step < until):  # a rehearsal batch: its own rate
                 for group in optimizer.param_groups:
                     group["lr"] *= lr_scale  # the schedule's next step sets the rate afresh
             optimizer.step()
@@ -330,9 +330,11 @@ def train_sft(
     return losses
 
 
-def _interleave(main: Iterator[list[Example]], other: Iterator[list[Example]], every: int) -> Iterator[list[Example]]:
-    """`main`'s batches, with one of `other`'s as every `every`-th."""
+def _interleave(
+    main: Iterator[list[Example]], other: Iterator[list[Example]], every: int, until: int = 0
+) -> Iterator[list[Example]]:
+    """`main`'s batches, with one of `other`'s as every `every`-th before step `until` (0: always)."""
     step = 0
     while True:
         step += 1
-        yield next(other) if step % every == 0 else next(main)
+        yield next(other) if step % every == 0 and (not until or step <= until) else next(main)

@@ -85,6 +85,10 @@ class WarmStartConfig:
     """Tokens per batch of those drills (the drill phase's are `COPY_DRILL_BATCH_TOKENS`)."""
     copy_drill_learning_rate: float | None = None
     """Their learning rate (None: the demonstrations')."""
+    copy_drill_until: int = 0
+    """They stop after this many steps (0: at the end), so that the last steps are the demonstrations' alone. Measured:
+    with drills to the end, the model copied ids (97% right on held-out demonstrations) but repeated itself when it
+    sampled ("Reykeykjavik", the same call over and over): 57% valid turns, 0% success."""
     copy_weight: float = 1.0
     """Loss weight of the demonstrator's tokens that copy from a tool reply (see `weigh_copies`); 1: like any other."""
     min_learning_rate_ratio: float = 0.02
@@ -249,7 +253,13 @@ def warm_start(
         count = (config.sft_steps // config.copy_drill_every + 1) * per_batch
         drills = copy_drill(tokenizer, count, config.seed + 2, config.copy_drill_gap)
         rate = config.copy_drill_learning_rate or config.learning_rate
-        rehearse = (drills, config.copy_drill_batch_tokens, config.copy_drill_every, rate / config.learning_rate)
+        rehearse = (
+            drills,
+            config.copy_drill_batch_tokens,
+            config.copy_drill_every,
+            rate / config.learning_rate,
+            config.copy_drill_until,
+        )
     losses = train_sft(model, examples, sft, tokenizer.pad_token_id, progress, work / "checkpoint.pt", 25, rehearse)
     if config.copy_drill_steps:  # is the copying still there after the demonstrations?
         copy_accuracy_after = copying_accuracy(
@@ -313,6 +323,7 @@ INBOX_WARM_START = WarmStartConfig(
     copy_drill_gap=250,
     copy_drill_batch_tokens=2048,
     copy_drill_learning_rate=2e-3,
+    copy_drill_until=3000,
     copy_weight=10.0,
     min_learning_rate_ratio=1.0,
 )

@@ -3,18 +3,19 @@
     python benchmarks/inbox_learning.py              # writes benchmarks/results/inbox_learning.json
     python benchmarks/inbox_learning.py --steps 10   # a shorter try (the file says how many steps ran)
 
-1. **Warm start.** cpu-tiny (0% on `inbox_search`) imitates the `mediocre` demonstrator on the train split's
-   questions (`agentic_rl_lab.warm_start`, `INBOX_WARM_START`): search for the question's entity, then give up
-   40% of the time, else read the first email that names it (sometimes one more) and answer from it
+1. **Warm start.** cpu-tiny (0% on `inbox_search`) imitates the `mediocre` demonstrator on practice inboxes
+   (`agentic_rl_lab.warm_start`, `INBOX_WARM_START`): search for the question's entity and look at the best match
+   only, then give up 40% of the time, else read it, quote the line that answers and answer with its value
    (`warm_started_model_path`: a committed copy when one is current, else the cached build, else a new one).
 2. **GRPO** with the reference judge (the environment's score: 0 for a wrong answer, 0.7-1 for a right one, more for
    citing exactly the emails that state it), on the train split's questions.
 3. **Evaluation** before and after, on the test split (questions about entities the train split never mentions),
    with the ground truth, never the judge: `EVAL_EPISODES` episodes, each a question drawn by its seed.
 
-Not run yet: the warm start's recipes leave cpu-tiny at 0% on the test questions (docs/warm-start.md), and GRPO
-cannot improve on a policy that never succeeds. The script builds the warm start when no committed copy is current
-(`python -m agentic_rl_lab warm-start inbox_search`, about 25 minutes on 2 cores), then trains.
+The script builds the warm start when no committed copy is current (`python -m agentic_rl_lab warm-start
+inbox_search`, about 30 minutes on 2 cores), then trains. What GRPO can take: the demonstrator gives up on 40% of the
+questions it could answer, and a model that imitates it does too; reading instead is worth a right answer most of
+the time.
 
 Targets (issue 21): warm-start success at least 30% and below 70%; GRPO lifts it by at least 15 points in under
 30 minutes on 2 cores. `success_before` and `success_after` at the top level are the reference-judge run's. The LLM

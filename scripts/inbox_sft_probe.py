@@ -113,6 +113,7 @@ def main() -> None:
     parser.add_argument("--drill-gap", type=int, default=0, help="random tokens between a drill's two copies")
     parser.add_argument("--drill-tokens", type=int, default=COPY_DRILL_BATCH_TOKENS, help="tokens per drill batch")
     parser.add_argument("--copy-weight", type=float, default=1.0, help="loss weight of the copied tokens")
+    parser.add_argument("--init", type=Path, default=None, help="start from this model directory, not cpu-tiny")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--play", type=int, default=0, help="play this many test-split episodes with the model")
     args = parser.parse_args()
@@ -121,14 +122,15 @@ def main() -> None:
     log, checkpoint = args.out / "log.jsonl", args.out / "state.pt"
     base = default_model_path(progress=False)
     tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(args.init or base, dtype=torch.float32)
 
     if args.play:
         from agentic_rl_lab.policies import HFPolicy
         from agentic_rl_lab.rollout import collect_groups
         from agentic_rl_lab.seeds import held_out_seeds
 
-        model.load_state_dict(torch.load(checkpoint, weights_only=False)["model"])
+        if checkpoint.exists():
+            model.load_state_dict(torch.load(checkpoint, weights_only=False)["model"])
         model.save_pretrained(args.out / "model")
         tokenizer.save_pretrained(args.out / "model")
         policy = HFPolicy.from_pretrained(args.out / "model", seed=0, temperature=0.6)

@@ -103,7 +103,7 @@ def test_rehearsal_makes_every_nth_step_a_batch_of_the_other_examples(small_mode
     monkeypatch.setattr(sft, "sft_loss", recording)
     monkeypatch.setattr(torch.optim.AdamW, "step", stepping)
     config = sft.SFTConfig(sft_steps=9, batch_tokens=8, warmup_steps=1, min_learning_rate_ratio=1.0)
-    sft.train_sft(model, main, config, 0, progress=False, rehearse=(other, 6, 3, 4.0))
+    sft.train_sft(model, main, config, 0, progress=False, rehearse=(other, 6, 3, 4.0, 0))
     assert seen == [{"main"}, {"main"}, {"other"}] * 3
     assert rates == pytest.approx([1e-3, 1e-3, 4e-3] * 3)  # the rehearsal batches at their own rate
 

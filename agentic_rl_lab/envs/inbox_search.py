@@ -306,7 +306,10 @@ def answer_from(read: dict[str, str], label: str, entity_words: set[str], call_i
         return tool_call_message("answer", {"text": "I could not find it.", "source_ids": []}, call_id)
     stating.sort()  # oldest first: the newest email corrects the others
     value = stating[-1][2]
-    message = tool_call_message("answer", {"text": value, "source_ids": [i for _, i, _ in stating]}, call_id)
+    # Quoting, it answers with the value as the line has it, after the colon's space: to a tokenizer " 15:00" and
+    # "15:00" start with different tokens, and a small model copies tokens. `is_correct` ignores the space.
+    text = f" {value}" if quote else value
+    message = tool_call_message("answer", {"text": text, "source_ids": [i for _, i, _ in stating]}, call_id)
     if quote:
         message["content"] = f"{label}: {value}"
     return message

@@ -143,7 +143,7 @@ def test_mediocre_gives_up_or_quotes_and_answers_what_it_read_and_succeeds_about
             gave_up += not read
         else:
             quote = history[-2]["content"]  # the answering turn's text, before its call
-            assert quote.endswith(f": {arguments['text']}") and f"\n{quote}\n" in read  # the email's line
+            assert quote.endswith(f":{arguments['text']}") and f"\n{quote}\n" in read  # the email's line, space and all
             assert arguments["source_ids"] == [exchanges[1][1]["id"]]
         outcomes.append(env.outcome())
     assert 0.3 <= gave_up / 300 <= 0.5
