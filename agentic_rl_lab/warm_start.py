@@ -7,7 +7,8 @@ would never start. A warm start fixes that with supervised fine-tuning (SFT) on 
 0. **A copying drill (optional).** Random token sequences shown twice, the loss on the repeat. A task whose
    actions copy from tool replies (an email id, a date) needs a model that can copy from its context at all.
    Small transformers learn that abruptly, after a plateau (induction heads, Olsson et al. 2022), and the few
-   copies in an episode did not get cpu-tiny past the plateau in 4,000 steps; short drills do, in minutes.
+   copies in an episode did not get cpu-tiny past the plateau in 4,000 steps; short drills do, in minutes. Drills
+   whose two copies lie far apart (`gap`), between demonstration steps, carry the skill to an episode's distances.
 1. **Demonstrations.** A scripted strategy (`env.strategies[name]`) plays the environment through the rollout
    engine, one episode per scenario seed.
 2. **Tokens.** Each episode is rendered with the model's chat template; the loss counts the assistant's tokens
@@ -329,9 +330,10 @@ INBOX_WARM_START = WarmStartConfig(
 )
 """Copying first, then the demonstrations with copying kept alive. 3,000 steps of short drills end the induction-head
 plateau (99% of drill tokens right); then demonstrations (about 2 episodes a step, the tokens copied from a tool
-reply weighing 10) alternate with drills whose copies are up to 250 tokens apart, as far as an episode's. Each part
-is there because a probe without it measured no copying in the episodes (docs/warm-start.md,
-`scripts/inbox_sft_probe.py`). The demonstrations are spread over many inboxes, so that a small model cannot
+reply weighing 10) alternate with drills whose copies are up to 250 tokens apart, as far as an episode's; the last
+1,000 steps are demonstrations alone, which calibrate how much to copy. Each part is there because a probe or a
+build without it measured no copying in the episodes, or too much (docs/warm-start.md, `scripts/inbox_sft_probe.py`).
+The demonstrations are spread over many inboxes, so that a small model cannot
 memorise one inbox's answers and must read them off the emails."""
 FOG_MAZE_WARM_START = WarmStartConfig(strategy="mediocre", episodes=1500, sft_steps=800, learning_rate=1e-3)
 """`fog_maze`'s `mediocre` walks at random but never turns back unless at a dead end, and steps into the exit when
