@@ -39,10 +39,10 @@ from typing import Any
 
 from agentic_rl_lab.envs.base import Message
 
-END_OF_TURN = "<|im_end|>"
-"""The token that ends every message; a model's turn is over when it samples it."""
+START_OF_TURN, END_OF_TURN = "<|im_start|>", "<|im_end|>"
+"""The tokens that open and end every message; a model's turn is over when it samples `END_OF_TURN`."""
 TOOL_CALL_START, TOOL_CALL_END = "<tool_call>", "</tool_call>"
-SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", END_OF_TURN, "<|pad|>")
+SPECIAL_TOKENS = ("<|endoftext|>", START_OF_TURN, END_OF_TURN, "<|pad|>")
 """The tokenizer's special tokens: document separator, message start, message end, padding."""
 
 CHAT_TEMPLATE = """\

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_rl_lab.chat import END_OF_TURN, render
+from agentic_rl_lab.chat import END_OF_TURN, START_OF_TURN, render
 from agentic_rl_lab.envs.base import Environment
 from agentic_rl_lab.sft import Example, SFTConfig, demonstration_examples, play_demonstrations, train_sft
 from agentic_rl_lab.tiny import cache_root, default_model_path
@@ -91,7 +91,8 @@ class WarmStartConfig:
     with drills to the end, the model copied ids (97% right on held-out demonstrations) but repeated itself when it
     sampled ("Reykeykjavik", the same call over and over): 57% valid turns, 0% success."""
     copy_weight: float = 1.0
-    """Loss weight of the demonstrator's tokens that copy from a tool reply (see `weigh_copies`); 1: like any other."""
+    """Loss weight of the demonstrator's tokens that copy from the question or a tool reply (see `weigh_copies`); 1:
+    like any other."""
     min_learning_rate_ratio: float = 0.02
     """The demonstrations' learning rate decays to this fraction of `learning_rate` (1.0: constant)."""
     seed: int = 0
@@ -127,19 +128,28 @@ def copy_drill(tokenizer: Any, count: int, seed: int, gap: int = 0) -> list[Exam
     return drills
 
 
-def weigh_copies(example: Example, weight: float) -> None:
-    """Weigh `weight` in the loss each counted token that continues a pair of tokens of an earlier tool reply: the
-    id in `read_email` (`e`, `218` after a search listed `e218`), the value of a line the agent quotes. Those are the
-    tokens only copying predicts, a few in an episode of hundreds: weighted, they carry the loss as in a drill."""
-    first = example.assistant_mask.index(True) if any(example.assistant_mask) else len(example.input_ids)
-    seen: set[tuple[int, int]] = set()
+def weigh_copies(example: Example, weight: float, turn_start: int) -> None:
+    """Weigh `weight` in the loss each counted token that copies from the question or an earlier tool reply: one that
+    continues a pair of tokens seen there (`191` after `e`, once a search listed `e191`), or a token seen there that
+    the system prompt never uses (` Glacier`, from a question about the Glacier review). Those are the tokens only
+    copying predicts, a few in an episode of hundreds: weighted, they carry the loss as in a drill. `turn_start` is
+    the token that opens a message (`<|im_start|>`): the system prompt is the first message, and its tokens (the
+    tools' schema) are the call's format, not a copy. Measured: with the question's copies left out, weighing 1
+    against the tool replies' 10, the model lost the one copy it had, the entity into the keywords."""
     ids, mask = example.input_ids, example.assistant_mask
-    for position in range(first, len(ids)):
+    starts = [position for position, token in enumerate(ids) if token == turn_start]
+    since = starts[1] if len(starts) > 1 else len(ids)
+    system = set(ids[:since])
+    pairs: set[tuple[int, int]] = set()
+    tokens: set[int] = set()
+    for position in range(since + 1, len(ids)):
         pair = (ids[position - 1], ids[position])
-        if mask[position] and pair in seen:
+        if mask[position] and (pair in pairs or pair[1] in tokens):
             example.weights[position] = weight
-        elif not mask[position] and not mask[position - 1]:  # inside a tool reply (or its header)
-            seen.add(pair)
+        elif not mask[position] and not mask[position - 1]:  # inside the question or a tool reply (or a header)
+            pairs.add(pair)
+            if pair[1] not in system:
+                tokens.add(pair[1])
 
 
 def copying_accuracy(model: Any, drills: Sequence[Example]) -> float:
@@ -221,7 +231,7 @@ def warm_start(
             first = example.assistant_mask.index(True) if any(example.assistant_mask) else len(example.input_ids)
             example.assistant_mask = [position >= first for position in range(len(example.input_ids))]
         if config.copy_weight != 1.0:
-            weigh_copies(example, config.copy_weight)
+            weigh_copies(example, config.copy_weight, tokenizer.convert_tokens_to_ids(START_OF_TURN))
     prepared = time.perf_counter()
 
     drill_losses: list[float] = []
@@ -316,7 +326,7 @@ PRACTICE_INBOXES = 20
 INBOX_WARM_START = WarmStartConfig(
     strategy="mediocre",
     episodes=3000,
-    sft_steps=4000,
+    sft_steps=2500,
     batch_tokens=1536,
     learning_rate=5e-4,
     copy_drill_steps=3000,
@@ -324,16 +334,16 @@ INBOX_WARM_START = WarmStartConfig(
     copy_drill_gap=250,
     copy_drill_batch_tokens=2048,
     copy_drill_learning_rate=2e-3,
-    copy_drill_until=3000,
+    copy_drill_until=1500,
     copy_weight=10.0,
     min_learning_rate_ratio=1.0,
 )
 """Copying first, then the demonstrations with copying kept alive. 3,000 steps of short drills end the induction-head
-plateau (99% of drill tokens right); then demonstrations (about 2 episodes a step, the tokens copied from a tool
-reply weighing 10) alternate with drills whose copies are up to 250 tokens apart, as far as an episode's; the last
-1,000 steps are demonstrations alone, which calibrate how much to copy. Each part is there because a probe or a
-build without it measured no copying in the episodes, or too much (docs/warm-start.md, `scripts/inbox_sft_probe.py`).
-The demonstrations are spread over many inboxes, so that a small model cannot
+plateau (99% of drill tokens right); then demonstrations (about 2 episodes a step, the tokens copied from the
+question or a tool reply weighing 10) alternate with drills whose copies are up to 250 tokens apart, as far as an
+episode's; the last 1,000 steps are demonstrations alone, which calibrate how much to copy. Each part is there
+because a probe or a build without it measured no copying in the episodes, or too much (docs/warm-start.md,
+`scripts/inbox_sft_probe.py`). The demonstrations are spread over many inboxes, so that a small model cannot
 memorise one inbox's answers and must read them off the emails."""
 FOG_MAZE_WARM_START = WarmStartConfig(strategy="mediocre", episodes=1500, sft_steps=800, learning_rate=1e-3)
 """`fog_maze`'s `mediocre` walks at random but never turns back unless at a dead end, and steps into the exit when

@@ -101,16 +101,17 @@ def test_the_copy_drill_counts_only_tokens_a_copy_can_predict(small_model_dir) -
     assert min(gaps) < 10 and max(gaps) > 30
 
 
-def test_weigh_copies_weighs_the_tokens_that_continue_a_pair_from_a_tool_reply() -> None:
+def test_weigh_copies_weighs_the_tokens_that_continue_a_pair_from_the_question_or_a_tool_reply() -> None:
     from agentic_rl_lab.sft import Example
     from agentic_rl_lab.warm_start import weigh_copies
 
-    # system 1 2 | assistant 3 4 | tool 7 8 9 | assistant 4 7 8 9 5 (the copy: 8 after 7, 9 after 8)
-    ids = [1, 2, 3, 4, 7, 8, 9, 4, 7, 8, 9, 5]
-    mask = [False, False, True, True, False, False, False, True, True, True, True, True]
+    # 0 opens a message. system 0 1 2 | user 0 5 6 | assistant 1 2 5 6 | tool 0 7 8 9 | assistant 7 8 9 5
+    # Copies: 6 after 5 (the question), 8 after 7 and 9 after 8 (the tool reply); 2 after 1 is the system prompt's.
+    ids = [0, 1, 2, 0, 5, 6, 1, 2, 5, 6, 0, 7, 8, 9, 7, 8, 9, 5]
+    mask = [False] * 6 + [True] * 4 + [False] * 4 + [True] * 4
     example = Example("e", ids, mask)
-    weigh_copies(example, 10.0)
-    assert example.weights == {9: 10.0, 10: 10.0}
+    weigh_copies(example, 10.0, turn_start=0)
+    assert example.weights == {9: 10.0, 15: 10.0, 16: 10.0}
 
 
 def test_a_warm_start_killed_after_its_drill_does_not_drill_again(small_model_dir, tmp_path, monkeypatch) -> None:

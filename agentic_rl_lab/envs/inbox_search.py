@@ -340,7 +340,9 @@ def mediocre(history: list[Message], rng: random.Random) -> Message:
     exchanges = tool_exchanges(history)
     searches = [reply for name, _, reply in exchanges if name == "search_inbox"]
     if not searches:
-        return tool_call_message("search_inbox", {"keywords": entity.split()[:5], "max_results": 1}, call_id)
+        # " Glacier", not "Glacier": the question's own token (in `["Glacier"` a tokenizer spells it `G`, `lac`, `ier`)
+        keywords = [f" {word}" for word in entity.split()[:5]]
+        return tool_call_message("search_inbox", {"keywords": keywords, "max_results": 1}, call_id)
     read = {args["id"]: reply for name, args, reply in exchanges if name == "read_email" and reply.startswith("ID:")}
     listed = [email_id for email_id, _ in search_results(searches[-1])]
     if not read:
