@@ -14,6 +14,7 @@ A scripted strategy plays an environment; the model learns to write what the str
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -242,7 +243,10 @@ def sft_loss(model: Any, batch: Sequence[Example], pad_id: int) -> Any:
     weight = torch.ones_like(loss)
     for b, example in enumerate(batch):
         for position, value in example.weights.items():
-            weight[int(row_of[b, position - 1])] = value
+            row = int(row_of[b, position - 1])
+            if row < 0:  # -1 would silently weigh the batch's last counted token instead
+                raise ValueError(f"a {example.env} example weighs position {position}, which the loss does not count")
+            weight[row] = value
     return (loss * weight).sum() / weight.sum()
 
 
@@ -253,6 +257,23 @@ def native_bf16() -> bool:
     return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
 
 
+@dataclass(frozen=True)
+class Rehearsal:
+    """Other examples that SFT keeps practising: a skill learned before (see `agentic_rl_lab.warm_start.copy_drill`)
+    that the new examples would otherwise overwrite. Every `every`-th step before step `until` (0: to the end) is a
+    batch of them, at `lr_scale` times the learning rate."""
+
+    examples: Sequence[Example]
+    batch_tokens: int
+    every: int
+    lr_scale: float = 1.0
+    until: int = 0
+
+    def at(self, step: int) -> bool:
+        """Whether step `step` (counted from 0) is a rehearsal."""
+        return (step + 1) % self.every == 0 and (not self.until or step < self.until)
+
+
 def train_sft(
     model: Any,
     examples: Sequence[Example],
@@ -261,16 +282,14 @@ def train_sft(
     progress: bool,
     checkpoint: Path | None = None,
     checkpoint_every: int = 50,
-    rehearse: tuple[Sequence[Example], int, int, float, int] | None = None,
+    rehearse: Rehearsal | None = None,
 ) -> list[float]:
     """AdamW with linear warmup and cosine decay over `config.sft_steps` batches; returns the loss of each step.
 
     It trains on the model's device: move the model to a GPU first and the same steps take seconds, not minutes.
     With `checkpoint` (a file), the state is saved there every `checkpoint_every` steps, and a rerun with the same
     arguments resumes from it: the same batches in the same order, as if it had never stopped.
-    `rehearse=(examples, batch_tokens, every, lr_scale, until)` makes every `every`-th step before step `until` (0:
-    to the end) a batch of those other examples, at `lr_scale` times the learning rate: a skill learned before (see
-    `agentic_rl_lab.warm_start.copy_drill`) that the new examples would otherwise overwrite."""
+    `rehearse` mixes batches of other examples in (see `Rehearsal`)."""
     import torch
     from tqdm.auto import tqdm
 
@@ -288,10 +307,9 @@ def train_sft(
 
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, learning_rate)
     batches = sft_batches(examples, config.batch_tokens, rng)
-    every, lr_scale, until = rehearse[2:] if rehearse is not None else (0, 1.0, 0)
     if rehearse is not None:
-        others, other_tokens = rehearse[0], rehearse[1]
-        batches = _interleave(batches, sft_batches(others, other_tokens, random.Random(config.seed + 1)), every, until)
+        others = sft_batches(rehearse.examples, rehearse.batch_tokens, random.Random(config.seed + 1))
+        batches = _interleave(batches, others, rehearse)
     device = model.get_input_embeddings().weight.device
     if device.type == "cuda":  # every CUDA GPU the lab supports computes bfloat16 natively
         autocast = config.bf16_autocast is not False and torch.cuda.is_bf16_supported()
@@ -314,9 +332,9 @@ def train_sft(
                 loss = sft_loss(model, next(batches), pad_id)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            if every and (step + 1) % every == 0 and (not until or step < until):  # a rehearsal batch: its own rate
+            if rehearse is not None and rehearse.at(step):  # a rehearsal batch: its own rate
                 for group in optimizer.param_groups:
-                    group["lr"] *= lr_scale  # the schedule's next step sets the rate afresh
+                    group["lr"] *= rehearse.lr_scale  # the schedule's next step sets the rate afresh
             optimizer.step()
             schedule.step()
             optimizer.zero_grad(set_to_none=True)
@@ -331,10 +349,8 @@ def train_sft(
 
 
 def _interleave(
-    main: Iterator[list[Example]], other: Iterator[list[Example]], every: int, until: int = 0
+    main: Iterator[list[Example]], other: Iterator[list[Example]], rehearsal: Rehearsal
 ) -> Iterator[list[Example]]:
-    """`main`'s batches, with one of `other`'s as every `every`-th before step `until` (0: always)."""
-    step = 0
-    while True:
-        step += 1
-        yield next(other) if step % every == 0 and (not until or step <= until) else next(main)
+    """`main`'s batches, with one of `other`'s at each step that `rehearsal` says is one."""
+    for step in itertools.count():
+        yield next(other) if rehearsal.at(step) else next(main)

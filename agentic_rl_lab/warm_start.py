@@ -47,7 +47,14 @@ from typing import Any
 
 from agentic_rl_lab.chat import END_OF_TURN, START_OF_TURN, render
 from agentic_rl_lab.envs.base import Environment
-from agentic_rl_lab.sft import Example, SFTConfig, demonstration_examples, play_demonstrations, train_sft
+from agentic_rl_lab.sft import (
+    Example,
+    Rehearsal,
+    SFTConfig,
+    demonstration_examples,
+    play_demonstrations,
+    train_sft,
+)
 from agentic_rl_lab.tiny import cache_root, default_model_path
 
 INFO_FILE = "warm_start.json"
@@ -264,7 +271,7 @@ def warm_start(
         count = (config.sft_steps // config.copy_drill_every + 1) * per_batch
         drills = copy_drill(tokenizer, count, config.seed + 2, config.copy_drill_gap)
         rate = config.copy_drill_learning_rate or config.learning_rate
-        rehearse = (
+        rehearse = Rehearsal(
             drills,
             config.copy_drill_batch_tokens,
             config.copy_drill_every,

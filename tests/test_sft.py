@@ -103,9 +103,12 @@ def test_rehearsal_makes_every_nth_step_a_batch_of_the_other_examples(small_mode
     monkeypatch.setattr(sft, "sft_loss", recording)
     monkeypatch.setattr(torch.optim.AdamW, "step", stepping)
     config = sft.SFTConfig(sft_steps=9, batch_tokens=8, warmup_steps=1, min_learning_rate_ratio=1.0)
-    sft.train_sft(model, main, config, 0, progress=False, rehearse=(other, 6, 3, 4.0, 0))
+    sft.train_sft(model, main, config, 0, progress=False, rehearse=sft.Rehearsal(other, 6, 3, 4.0))
     assert seen == [{"main"}, {"main"}, {"other"}] * 3
     assert rates == pytest.approx([1e-3, 1e-3, 4e-3] * 3)  # the rehearsal batches at their own rate
+    seen.clear()
+    sft.train_sft(model, main, config, 0, progress=False, rehearse=sft.Rehearsal(other, 6, 3, until=6))
+    assert seen == [{"main"}, {"main"}, {"other"}] * 2 + [{"main"}] * 3  # none from step 6 on
 
 
 def test_weights_make_some_counted_tokens_weigh_more_in_the_mean(small_model_dir):
@@ -118,3 +121,6 @@ def test_weights_make_some_counted_tokens_weigh_more_in_the_mean(small_model_dir
         assert sft.sft_loss(model, [plain], 0).item() == pytest.approx(each.mean().item(), rel=1e-4)
         expected = (each.sum() + 4 * each[1]) / 8  # position 2 is predicted by row 1, counted 5 times
         assert sft.sft_loss(model, [weighted], 0).item() == pytest.approx(expected.item(), rel=1e-4)
+        uncounted = sft.Example("e", [1, 2, 3, 4, 5], [False, False, True, True, True], weights={1: 5.0})
+        with pytest.raises(ValueError, match="does not count"):
+            sft.sft_loss(model, [uncounted], 0)

@@ -105,13 +105,20 @@ def test_weigh_copies_weighs_the_tokens_that_continue_a_pair_from_the_question_o
     from agentic_rl_lab.sft import Example
     from agentic_rl_lab.warm_start import weigh_copies
 
-    # 0 opens a message. system 0 1 2 | user 0 5 6 | assistant 1 2 5 6 | tool 0 7 8 9 | assistant 7 8 9 5
-    # Copies: 6 after 5 (the question), 8 after 7 and 9 after 8 (the tool reply); 2 after 1 is the system prompt's.
-    ids = [0, 1, 2, 0, 5, 6, 1, 2, 5, 6, 0, 7, 8, 9, 7, 8, 9, 5]
-    mask = [False] * 6 + [True] * 4 + [False] * 4 + [True] * 4
+    # 0 opens a message. system 0 1 2 | user 0 5 6 | assistant 1 2 5 6 | tool 0 7 8 9 | assistant 7 8 9 5 2 4
+    # Copies: 5 and 6 (the question's), 7, 8, 9 (the tool reply's). Not copies: 1 and 2 (the system prompt's tokens,
+    # the call's format), 4 (seen nowhere).
+    ids = [0, 1, 2, 0, 5, 6, 1, 2, 5, 6, 0, 7, 8, 9, 7, 8, 9, 5, 2, 4]
+    mask = [False] * 6 + [True] * 4 + [False] * 4 + [True] * 6
     example = Example("e", ids, mask)
     weigh_copies(example, 10.0, turn_start=0)
-    assert example.weights == {9: 10.0, 15: 10.0, 16: 10.0}
+    assert sorted(example.weights) == [8, 9, 14, 15, 16, 17] and set(example.weights.values()) == {10.0}
+
+    # A token the system prompt uses counts as a copy only when it continues a pair seen in the question or a reply:
+    # user 0 5 1 | assistant 5 1 (1 after 5: copied) 1 (after itself: not)
+    example = Example("e", [0, 1, 2, 0, 5, 1, 5, 1, 1], [False] * 6 + [True] * 3)
+    weigh_copies(example, 10.0, turn_start=0)
+    assert sorted(example.weights) == [6, 7]
 
 
 def test_a_warm_start_killed_after_its_drill_does_not_drill_again(small_model_dir, tmp_path, monkeypatch) -> None:
