@@ -115,19 +115,24 @@ COPY_DRILL_LEARNING_RATE = 2e-3
 """Constant after a warm-up of 50 steps."""
 
 
-def copy_drill(tokenizer: Any, count: int, seed: int, gap: int = 0) -> list[Example]:
+def copy_drill(tokenizer: Any, count: int, seed: int, gap: int = 0, alphabet: int = 0) -> list[Example]:
     """`count` drills: a random sequence of tokens, up to `gap` other random tokens, an end of turn, the same
     sequence again. Only the repeat after its first token counts in the loss: each of those tokens can be predicted
     by finding the previous token earlier in the context and copying what followed it, which is exactly what an
     induction head does. The gap makes the copy reach as far back as an episode's do (an id in a search reply is
-    40-80 tokens before the call that needs it); without it, measured, the copying learned on drills stayed there."""
+    40-80 tokens before the call that needs it); without it, measured, the copying learned on drills stayed there.
+
+    `alphabet` > 0 draws each sequence from that many tokens only, so each token recurs in it and the one before
+    is not enough to know where to copy from: the two or three before are. An email's values need that: in
+    `Room: Pegasus` and `Date: 2025-03-27`, what follows `:` or `-` depends on what came before it."""
     rng = random.Random(seed)
     special = set(tokenizer.all_special_ids)
     vocabulary = [i for i in range(len(tokenizer)) if i not in special]
     separator = tokenizer.convert_tokens_to_ids(END_OF_TURN)
     drills = []
     for _ in range(count):
-        sequence = rng.choices(vocabulary, k=rng.randint(*COPY_DRILL_LENGTHS))
+        letters = rng.sample(vocabulary, alphabet) if alphabet else vocabulary
+        sequence = rng.choices(letters, k=rng.randint(*COPY_DRILL_LENGTHS))
         filler = rng.choices(vocabulary, k=rng.randint(0, gap))
         n, m = len(sequence), len(filler)
         ids = [*sequence, *filler, separator, *sequence]
@@ -333,7 +338,7 @@ PRACTICE_INBOXES = 20
 INBOX_WARM_START = WarmStartConfig(
     strategy="mediocre",
     episodes=3000,
-    sft_steps=2500,
+    sft_steps=4000,
     batch_tokens=1536,
     learning_rate=5e-4,
     copy_drill_steps=3000,
@@ -341,7 +346,7 @@ INBOX_WARM_START = WarmStartConfig(
     copy_drill_gap=250,
     copy_drill_batch_tokens=2048,
     copy_drill_learning_rate=2e-3,
-    copy_drill_until=1500,
+    copy_drill_until=3000,
     copy_weight=10.0,
     min_learning_rate_ratio=1.0,
 )

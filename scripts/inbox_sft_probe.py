@@ -39,7 +39,9 @@ def copy_fields(tokenizer, example: Example, messages) -> list[tuple[str, list[i
         call = (message.get("tool_calls") or [{}])[0].get("function", {})
         arguments = json.loads(call.get("arguments", "{}")) if call else {}
         wanted = []
-        if call.get("name") == "read_email":
+        if call.get("name") == "search_inbox":
+            wanted = [("keyword", keyword) for keyword in arguments["keywords"]]
+        elif call.get("name") == "read_email":
             wanted = [("read_id", arguments["id"])]
         elif call.get("name") == "answer" and arguments.get("source_ids"):
             wanted = [("answer_text", arguments["text"])] + [("cited_id", i) for i in arguments["source_ids"]]
@@ -111,6 +113,7 @@ def main() -> None:
     parser.add_argument("--drill-steps", type=int, default=0, help="copying-drill steps first")
     parser.add_argument("--drill-lr", type=float, default=2e-3, help="learning rate of drill steps")
     parser.add_argument("--drill-gap", type=int, default=0, help="random tokens between a drill's two copies")
+    parser.add_argument("--drill-alphabet", type=int, default=0, help="tokens a drill's sequence is drawn from")
     parser.add_argument("--drill-tokens", type=int, default=COPY_DRILL_BATCH_TOKENS, help="tokens per drill batch")
     parser.add_argument("--copy-weight", type=float, default=1.0, help="loss weight of the copied tokens")
     parser.add_argument("--init", type=Path, default=None, help="start from this model directory, not cpu-tiny")
@@ -165,7 +168,8 @@ def main() -> None:
     held_out = play_demonstrations([InboxSearch(split="test")], "mediocre", 60, PROBE_BLOCK)
     probe_examples = demonstration_examples(tokenizer, held_out, strategy, 0, "probe")
     probe_fields = [copy_fields(tokenizer, e, d.messages) for e, d in zip(probe_examples, held_out)]
-    drills, drill_probe = copy_drill(tokenizer, 40_000, 5, args.drill_gap), copy_drill(tokenizer, 30, 6, args.drill_gap)
+    drills = copy_drill(tokenizer, 40_000, 5, args.drill_gap, args.drill_alphabet)
+    drill_probe = copy_drill(tokenizer, 30, 6, args.drill_gap, args.drill_alphabet)
     print(f"prepared in {time.perf_counter() - started:.0f} s", flush=True)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, betas=(0.9, 0.95), weight_decay=0.0)

@@ -99,6 +99,12 @@ def test_the_copy_drill_counts_only_tokens_a_copy_can_predict(small_model_dir) -
         assert [i for i, counted in enumerate(drill.assistant_mask) if counted] == list(range(end + 2, end + n + 1))
         gaps.append(end - n)
     assert min(gaps) < 10 and max(gaps) > 30
+    alphabets = []
+    for drill in copy_drill(tokenizer, 50, seed=3, alphabet=4):  # a sequence of 4 tokens at most, each recurring
+        n = (len(drill.input_ids) - 1) // 2
+        assert drill.input_ids[:n] == drill.input_ids[n + 1 :]
+        alphabets.append(len(set(drill.input_ids[:n])))
+    assert max(alphabets) == 4 and min(alphabets) >= 2
 
 
 def test_weigh_copies_weighs_the_tokens_that_continue_a_pair_from_the_question_or_a_tool_reply() -> None:

@@ -78,15 +78,18 @@ def normalize(text: str) -> str:
 
 
 def is_correct(text: str, question: Question) -> bool:
-    """Is the answer `text` the ground truth, or one of its aliases, after `normalize`?
+    """Is the answer `text` the ground truth, or one of its aliases, after `normalize`, alone or as the email's line
+    that states it (its label first: `Room: Pegasus` for "Which room is ... in?")?
 
     One answer, written any accepted way: `"9:15 am"` and `"09:15."` are right for `09:15` (its aliases are
-    `9:15`, `9:15 am`, `9:15am`), `"19:15"` is not. A sentence around the fact, or a list of candidates
-    (`"K7QX2P or K7QX2B"`), is not an answer to check: the system prompt asks for the fact alone, and an agent
-    that hedges across candidates must not be paid as if it knew.
+    `9:15`, `9:15 am`, `9:15am`), and so is `"Start time: 09:15"`; `"19:15"` is not. A sentence around the fact, or a
+    list of candidates (`"K7QX2P or K7QX2B"`), is not an answer to check: the system prompt asks for the fact alone,
+    and an agent that hedges across candidates must not be paid as if it knew.
     """
     given = normalize(text)
-    return any(given == normalize(truth) for truth in [question.answer, *question.aliases])
+    label = QUESTION_TEMPLATES[question.kind][1]
+    truths = [question.answer, *question.aliases]
+    return any(given in (normalize(truth), normalize(f"{label}: {truth}")) for truth in truths)
 
 
 def citation_overlap(cited: list[str], sources: list[str]) -> float:
@@ -292,10 +295,12 @@ def expert(history: list[Message], rng: random.Random) -> Message:
     return answer_from(read, label, entity_words, call_id)
 
 
-def answer_from(read: dict[str, str], label: str, entity_words: set[str], call_id: str, quote: bool = False) -> Message:
+def answer_from(read: dict[str, str], label: str, entity_words: set[str], call_id: str, line: bool = False) -> Message:
     """Answer with the `Label: value` line of the newest read email about the entity that states it, citing every
-    read email that states it; "I could not find it." when none does. With `quote`, the turn first writes that line
-    as it stands in the email (`Start time: 15:00`), then answers with the value."""
+    read email that states it; "I could not find it." when none does. The answer is the value (`15:00`), or with
+    `line` the whole line as the email writes it (`Start time: 15:00`): to a tokenizer those are the email's own
+    tokens after the label, so a small model can copy them, where `"15:00"` after a quote starts with another token
+    (`15`, not the line's ` 15`). `is_correct` accepts both."""
     stating = []  # (date, id, value) for every read email about the entity that states the fact
     for email_id, text in read.items():
         fact = re.search(rf"^{re.escape(label)}: (.+)$", text, flags=re.MULTILINE)
@@ -306,13 +311,8 @@ def answer_from(read: dict[str, str], label: str, entity_words: set[str], call_i
         return tool_call_message("answer", {"text": "I could not find it.", "source_ids": []}, call_id)
     stating.sort()  # oldest first: the newest email corrects the others
     value = stating[-1][2]
-    # Quoting, it answers with the value as the line has it, after the colon's space: to a tokenizer " 15:00" and
-    # "15:00" start with different tokens, and a small model copies tokens. `is_correct` ignores the space.
-    text = f" {value}" if quote else value
-    message = tool_call_message("answer", {"text": text, "source_ids": [i for _, i, _ in stating]}, call_id)
-    if quote:
-        message["content"] = f"{label}: {value}"
-    return message
+    text = f"{label}: {value}" if line else value
+    return tool_call_message("answer", {"text": text, "source_ids": [i for _, i, _ in stating]}, call_id)
 
 
 EARLY_ANSWER_RATE = 0.4
@@ -322,15 +322,15 @@ EARLY_ANSWER_RATE = 0.4
 def mediocre(history: list[Message], rng: random.Random) -> Message:
     """A coherent but careless agent, the demonstrator a warm start imitates: it searches for the question's entity
     as `expert` does but looks at the best match only (`max_results` 1); 40% of the time it gives up there ("I could
-    not find it."); otherwise it reads that email, quotes the line that answers (`Start time: 15:00`) and answers
-    with its value. It succeeds on about half the questions.
+    not find it."); otherwise it reads that email and answers with the line that states the fact, as the email
+    writes it (`Start time: 15:00`). It succeeds on about half the questions.
 
-    Why this one: each step is a copy a 5M model can learn (measured in docs/warm-start.md). The entity goes from
-    the question into the keywords; the id from the one search result into `read_email`, with no other id in
-    context to confuse it with (with five results listed, cpu-tiny never learnt to pick the first); the line from
-    the email into the quote, token for token, after the label it names; the value from the quote, a few tokens
-    back, into `answer`. Its mistakes are choices, not missing skills: reading before answering, every time, is
-    the headroom RL can take (it succeeds on about 85% of the questions it does not give up on).
+    Why this one: each step is a copy a 5M model can learn, token for token (measured in docs/warm-start.md). The
+    entity goes from the question into the keywords (` Glacier`, the question's token: `"Glacier"` would be spelt
+    `G`, `lac`, `ier`); the id from the one search result into `read_email`, with no other id in context to confuse
+    it with (with five results listed, cpu-tiny never learnt to pick the first); the email's line into `answer`,
+    after the label the question names. Its mistakes are choices, not missing skills: reading before answering,
+    every time, is the headroom RL can take (it succeeds on about 85% of the questions it does not give up on).
     """
     call_id = f"call_{len(history)}"
     parsed = parse_question(_question(history))
@@ -349,7 +349,7 @@ def mediocre(history: list[Message], rng: random.Random) -> Message:
         if not listed or rng.random() < EARLY_ANSWER_RATE:
             return tool_call_message("answer", {"text": "I could not find it.", "source_ids": []}, call_id)
         return tool_call_message("read_email", {"id": listed[0]}, call_id)
-    return answer_from(read, label, set(search_words(entity)), call_id, quote=True)
+    return answer_from(read, label, set(search_words(entity)), call_id, line=True)
 
 
 def random_valid(history: list[Message], rng: random.Random) -> Message:
