@@ -5,7 +5,7 @@
 
 1. **Warm start.** cpu-tiny (0% on `inbox_search`) imitates the `mediocre` demonstrator on practice inboxes
    (`agentic_rl_lab.warm_start`, `INBOX_WARM_START`): search for the question's entity and look at the best match
-   only, then give up 40% of the time, else read it, quote the line that answers and answer with its value
+   only, then give up 40% of the time, else read it and answer with the line that states the fact
    (`warm_started_model_path`: a committed copy when one is current, else the cached build, else a new one).
 2. **GRPO** with the reference judge (the environment's score: 0 for a wrong answer, 0.7-1 for a right one, more for
    citing exactly the emails that state it), on the train split's questions.

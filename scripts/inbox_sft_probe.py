@@ -45,7 +45,7 @@ def copy_fields(tokenizer, example: Example, messages) -> list[tuple[str, list[i
             wanted = [("read_id", arguments["id"])]
         elif call.get("name") == "answer" and arguments.get("source_ids"):
             wanted = [("answer_text", arguments["text"])] + [("cited_id", i) for i in arguments["source_ids"]]
-            if message.get("content"):  # the email's line, quoted before the call
+            if message.get("content"):  # the email's line, quoted before the call (the demonstrator until v3)
                 wanted.insert(0, ("quote", message["content"].split(": ", 1)[-1]))
         text, offsets = "", []
         for position in range(start, end):
@@ -64,20 +64,28 @@ def copy_fields(tokenizer, example: Example, messages) -> list[tuple[str, list[i
 
 
 def probe(model, tokenizer, examples: list[Example], fields) -> dict:
-    """Teacher-forced accuracy of the argmax token on every copied field's tokens, by kind."""
+    """Teacher-forced accuracy of the argmax token on every copied field's tokens, by kind: all of them ("tokens"),
+    whole fields right ("fields"), and the field's first token alone ("first"), the one an induction head cannot
+    copy when the token before it differs from the source's."""
     right: dict[str, list[int]] = {}
     with torch.no_grad():
         for example, example_fields in zip(examples, fields):
             predicted = model(input_ids=torch.tensor([example.input_ids])).logits[0].argmax(-1).tolist()
             for kind, positions in example_fields:
                 hits = [predicted[p - 1] == example.input_ids[p] for p in positions]
-                counts = right.setdefault(kind, [0, 0, 0, 0])  # right tokens, tokens, right fields, fields
+                counts = right.setdefault(kind, [0, 0, 0, 0, 0])  # right tokens, tokens, right fields, fields, firsts
                 counts[0] += sum(hits)
                 counts[1] += len(hits)
                 counts[2] += all(hits)
                 counts[3] += 1
+                counts[4] += hits[0]
     return {
-        kind: {"tokens": round(c[0] / max(1, c[1]), 3), "fields": round(c[2] / max(1, c[3]), 3), "n": c[3]}
+        kind: {
+            "tokens": round(c[0] / max(1, c[1]), 3),
+            "fields": round(c[2] / max(1, c[3]), 3),
+            "first": round(c[4] / max(1, c[3]), 3),
+            "n": c[3],
+        }
         for kind, c in right.items()
     }
 
