@@ -298,9 +298,9 @@ def expert(history: list[Message], rng: random.Random) -> Message:
 def answer_from(read: dict[str, str], label: str, entity_words: set[str], call_id: str, line: bool = False) -> Message:
     """Answer with the `Label: value` line of the newest read email about the entity that states it, citing every
     read email that states it; "I could not find it." when none does. The answer is the value (`15:00`), or with
-    `line` the whole line as the email writes it (`Start time: 15:00`): to a tokenizer those are the email's own
-    tokens after the label, so a small model can copy them, where `"15:00"` after a quote starts with another token
-    (`15`, not the line's ` 15`). `is_correct` accepts both."""
+    `line` the whole line as the email writes it (`Start time: 15:00`): the email's own tokens, which a small model
+    can copy token for token, where the value alone starts with another token (`15`, not the line's ` 15`).
+    `is_correct` accepts both."""
     stating = []  # (date, id, value) for every read email about the entity that states the fact
     for email_id, text in read.items():
         fact = re.search(rf"^{re.escape(label)}: (.+)$", text, flags=re.MULTILINE)
