@@ -347,7 +347,6 @@ INBOX_WARM_START = WarmStartConfig(
     copy_drill_steps=3000,
     copy_drill_every=3,
     copy_drill_gap=250,
-    copy_drill_alphabet=8,
     copy_drill_batch_tokens=2048,
     copy_drill_learning_rate=1e-3,
     copy_weight=10.0,
@@ -358,9 +357,9 @@ plateau (94% of drill tokens right); then demonstrations (about 2 episodes a ste
 question or a tool reply weighing 10) with every third step a drill whose copies are up to 250 tokens apart, as far
 as an episode's, to the end: measured, demonstrations alone erase that copying (v4: 7% of long drills right at the
 end, no id copied), and drills at twice this rate and frequency made a model that copied its own tokens in loops
-(v1). Those drills draw their sequences from 8 tokens, so that copying needs more than one token of context, as the
-value after an email's recurring `Label:` does (v5, whose drills did not: 9%, the values its mistake). Each part is
-there because a probe or a build without it measured no copying in the episodes, or too much
+(v1). 9% of held-out questions (v5); drills from 8 tokens (`copy_drill_alphabet=8`, for the value after an email's
+recurring `Label:`) did no better (v6: 9%). Each part is there because a probe or a build without it measured no
+copying in the episodes, or too much
 (docs/warm-start.md, `scripts/inbox_sft_probe.py`). The demonstrations are spread over many inboxes, so that a small
 model cannot memorise one inbox's answers and must read them off the emails."""
 FOG_MAZE_WARM_START = WarmStartConfig(strategy="mediocre", episodes=1500, sft_steps=800, learning_rate=1e-3)
