@@ -149,8 +149,7 @@ def weigh_copies(example: Example, weight: float, turn_start: int) -> None:
     the system prompt never uses (` Glacier`, from a question about the Glacier review). Those are the tokens only
     copying predicts, a few in an episode of hundreds: weighted, they carry the loss as in a drill. `turn_start` is
     the token that opens a message (`<|im_start|>`): the system prompt is the first message, and its tokens (the
-    tools' schema) are the call's format, not a copy. Measured: with the question's copies left out, weighing 1
-    against the tool replies' 10, the model lost the one copy it had, the entity into the keywords."""
+    tools' schema) are the call's format, not a copy."""
     ids, mask = example.input_ids, example.assistant_mask
     starts = [position for position, token in enumerate(ids) if token == turn_start]
     since = starts[1] if len(starts) > 1 else len(ids)
@@ -352,16 +351,11 @@ INBOX_WARM_START = WarmStartConfig(
     copy_weight=10.0,
     min_learning_rate_ratio=1.0,
 )
-"""Copying first, then the demonstrations with copying kept alive. 3,000 steps of short drills end the induction-head
-plateau (94% of drill tokens right); then demonstrations (about 2 episodes a step, the tokens copied from the
-question or a tool reply weighing 10) with every third step a drill whose copies are up to 250 tokens apart, as far
-as an episode's, to the end: measured, demonstrations alone erase that copying (v4: 7% of long drills right at the
-end, no id copied), and drills at twice this rate and frequency made a model that copied its own tokens in loops
-(v1). 9% of held-out questions (v5); drills from 8 tokens (`copy_drill_alphabet=8`, for the value after an email's
-recurring `Label:`) did no better (v6: 9%). Each part is there because a probe or a build without it measured no
-copying in the episodes, or too much
-(docs/warm-start.md, `scripts/inbox_sft_probe.py`). The demonstrations are spread over many inboxes, so that a small
-model cannot memorise one inbox's answers and must read them off the emails."""
+"""Copying first, then the demonstrations with copying kept alive: 3,000 steps of short drills end the induction-head
+plateau; then demonstrations (about 2 episodes a step, the tokens copied from the question or a tool reply weighing
+10) with every third step a drill whose copies are up to 250 tokens apart, as far as an episode's, to the end. The
+demonstrations are spread over many inboxes, so that a small model cannot memorise one inbox's answers and must read
+them off the emails. Why each part, and what every other recipe measured: docs/warm-start.md."""
 FOG_MAZE_WARM_START = WarmStartConfig(strategy="mediocre", episodes=1500, sft_steps=800, learning_rate=1e-3)
 """`fog_maze`'s `mediocre` walks at random but never turns back unless at a dead end, and steps into the exit when
 it sees it (61-71% success): each move reads the latest view and the last move, a few tokens back, so no drill."""
