@@ -41,6 +41,8 @@ def copy_fields(tokenizer, example: Example, messages) -> list[tuple[str, list[i
         wanted = []
         if call.get("name") == "search_inbox":
             wanted = [("keyword", keyword) for keyword in arguments["keywords"]]
+            if message.get("content"):  # the label it looks for, named before the search (the demonstrator from v7)
+                wanted.insert(0, ("plan", message["content"].split('"')[1]))
         elif call.get("name") == "read_email":
             wanted = [("read_id", arguments["id"])]
         elif call.get("name") == "answer" and arguments.get("source_ids"):
@@ -53,7 +55,7 @@ def copy_fields(tokenizer, example: Example, messages) -> list[tuple[str, list[i
             text += tokenizer.decode([example.input_ids[position]])
         searched_from = 0  # the fields in the order they are written
         for kind, value in wanted:
-            at = text.find(json.dumps(value)[1:-1] if kind != "quote" else value, searched_from)
+            at = text.find(json.dumps(value)[1:-1] if kind not in ("quote", "plan") else value, searched_from)
             if at < 0:
                 continue
             searched_from = at + len(value)

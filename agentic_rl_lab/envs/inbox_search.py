@@ -320,17 +320,20 @@ EARLY_ANSWER_RATE = 0.4
 
 
 def mediocre(history: list[Message], rng: random.Random) -> Message:
-    """A coherent but careless agent, the demonstrator a warm start imitates: it searches for the question's entity
-    as `expert` does but looks at the best match only (`max_results` 1); 40% of the time it gives up there ("I could
-    not find it."); otherwise it reads that email and answers with the line that states the fact, as the email
-    writes it (`Start time: 15:00`). It succeeds on about half the questions.
+    """A coherent but careless agent, the demonstrator a warm start imitates: it names the line it looks for
+    (`Looking for "Start time".`) and searches for the question's entity as `expert` does, but looks at the best
+    match only (`max_results` 1); 40% of the time it gives up there ("I could not find it."); otherwise it reads that
+    email and answers with the line that states the fact, as the email writes it (`Start time: 15:00`). It succeeds
+    on about half the questions.
 
     Why this one: each step is a copy a 5M model can learn, token for token (measured in docs/warm-start.md). The
     entity goes from the question into the keywords (` Glacier`, the question's token: `"Glacier"` would be spelt
     `G`, `lac`, `ier`); the id from the one search result into `read_email`, with no other id in context to confuse
     it with (with five results listed, cpu-tiny never learnt to pick the first); the email's line into `answer`,
-    after the label the question names. Its mistakes are choices, not missing skills: reading before answering,
-    every time, is the headroom RL can take (it succeeds on about 85% of the questions it does not give up on).
+    after the label it named on its first turn. Naming it there is a short step, just after the question; at the
+    answer, hundreds of tokens on, cpu-tiny chose a label of the email it read but not the asked one. Its mistakes
+    are choices, not missing skills: reading before answering, every time, is the headroom RL can take (it succeeds
+    on about 85% of the questions it does not give up on).
     """
     call_id = f"call_{len(history)}"
     parsed = parse_question(_question(history))
@@ -342,7 +345,9 @@ def mediocre(history: list[Message], rng: random.Random) -> Message:
     if not searches:
         # " Glacier", not "Glacier": the question's own token (in `["Glacier"` a tokenizer spells it `G`, `lac`, `ier`)
         keywords = [f" {word}" for word in entity.split()[:5]]
-        return tool_call_message("search_inbox", {"keywords": keywords, "max_results": 1}, call_id)
+        message = tool_call_message("search_inbox", {"keywords": keywords, "max_results": 1}, call_id)
+        message["content"] = f'Looking for "{label}".'
+        return message
     read = {args["id"]: reply for name, args, reply in exchanges if name == "read_email" and reply.startswith("ID:")}
     listed = [email_id for email_id, _ in search_results(searches[-1])]
     if not read:
