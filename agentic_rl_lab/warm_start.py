@@ -20,7 +20,7 @@ would never start. A warm start fixes that with supervised fine-tuning (SFT) on 
 Pick a demonstrator that is *coherent but mediocre*: it must finish the task often enough for the model to learn
 the format and every skill it needs (at least a third of the time), and make mistakes that are choices, not missing
 skills, so there is headroom that only RL can take. `inbox_search`'s `mediocre` gives up right after its search
-40% of the time: the model learns to search, read and answer, and GRPO learns to stop giving up.
+a quarter of the time: the model learns to search, read and answer, and GRPO learns to stop giving up.
 
     from agentic_rl_lab.envs import InboxSearch
     path = warm_start(InboxSearch(), WarmStartConfig(strategy="mediocre"))   # minutes on 2 CPU cores, then cached
@@ -182,6 +182,18 @@ def copying_accuracy(model: Any, drills: Sequence[Example]) -> float:
     return round(right / total, 4)
 
 
+def cache_key(env_name: str, config: WarmStartConfig, rendered: Sequence[str], base: Path) -> str:
+    """The build's name: a hash of the recipe, the demonstrations as the model reads them, and the base weights.
+    A change to any of them (a demonstrator's wording, say) is a new build; `warm_start.json` records the name, so a
+    committed copy can be checked against today's code (`recipe_cache_key`)."""
+    digest = hashlib.sha256()
+    for part in [json.dumps(dataclasses.asdict(config), sort_keys=True), *rendered]:
+        digest.update(part.encode())
+    for weights in sorted(base.glob("*.safetensors")):
+        digest.update(hashlib.sha256(weights.read_bytes()).digest())
+    return f"warm-{env_name}-{config.strategy}-{digest.hexdigest()[:12]}"
+
+
 def warm_start(
     env: Environment | Sequence[Environment],
     config: WarmStartConfig = WarmStartConfig(),
@@ -214,15 +226,7 @@ def warm_start(
     demos = play_demonstrations(variants, config.strategy, config.episodes, config.seed)
     rendered = [render(t.messages, t.tools) for t in demos]
 
-    digest = hashlib.sha256()
-    for part in [json.dumps(dataclasses.asdict(config), sort_keys=True), *rendered]:
-        digest.update(part.encode())
-    for weights in sorted(base.glob("*.safetensors")):
-        digest.update(hashlib.sha256(weights.read_bytes()).digest())
-    final = (
-        Path(root if root is not None else cache_root())
-        / f"warm-{env.name}-{config.strategy}-{digest.hexdigest()[:12]}"
-    )
+    final = Path(root if root is not None else cache_root()) / cache_key(env.name, config, rendered, base)
     if final.is_dir():
         return final
     # A fixed name, not a temporary one: a rerun after a crash finds the checkpoint and resumes.
@@ -295,6 +299,7 @@ def warm_start(
     lengths = sorted(len(e.input_ids) for e in examples)
     info = {
         "env": env.name,
+        "cache_key": final.name,
         "config": dataclasses.asdict(config),
         "base": base.name,
         "demonstrations": {
@@ -394,6 +399,15 @@ RECIPES = {
 }
 """`python -m agentic_rl_lab warm-start <env> --export <directory>` builds one (or finds it in the cache) and
 commits it, in bfloat16, where `warm_started_model_path` looks first."""
+
+
+def recipe_cache_key(env_name: str) -> str:
+    """The `cache_key` that `env_name`'s recipe builds today (it plays the demonstrations: seconds)."""
+    recipe = RECIPES[env_name]
+    variants = recipe.envs()
+    demos = play_demonstrations(variants, recipe.config.strategy, recipe.config.episodes, recipe.config.seed)
+    rendered = [render(t.messages, t.tools) for t in demos]
+    return cache_key(variants[0].name, recipe.config, rendered, default_model_path(progress=False))
 
 
 def warm_started_model_path(env_name: str, progress: bool = True) -> Path:

@@ -5,17 +5,18 @@
 
 1. **Warm start.** cpu-tiny (0% on `inbox_search`) imitates the `mediocre` demonstrator on practice inboxes
    (`agentic_rl_lab.warm_start`, `INBOX_WARM_START`): search for the question's entity and look at the best match
-   only, then give up 40% of the time, else read it and answer with the line that states the fact
-   (`warm_started_model_path`: a committed copy when one is current, else the cached build, else a new one).
+   only, then give up a quarter of the time, else name the line it looks for, read it and answer with the line that
+   states the fact (`warm_started_model_path`: a committed copy when one is current, else the cached build, else a
+   new one).
 2. **GRPO** with the reference judge (the environment's score: 0 for a wrong answer, 0.7-1 for a right one, more for
    citing exactly the emails that state it), on the train split's questions.
 3. **Evaluation** before and after, on the test split (questions about entities the train split never mentions),
    with the ground truth, never the judge: `EVAL_EPISODES` episodes, each a question drawn by its seed.
 
 The script builds the warm start when no committed copy is current (`python -m agentic_rl_lab warm-start
-inbox_search`, about 30 minutes on 2 cores), then trains. What GRPO can take: the demonstrator gives up on 40% of the
-questions it could answer, and a model that imitates it does too; reading instead is worth a right answer most of
-the time.
+inbox_search`, about 30 minutes on 2 cores), then trains. What GRPO can take: the demonstrator gives up on a
+quarter of the questions it could answer, and a model that imitates it does too; reading instead is worth a right
+answer most of the time. And a model samples its copies less surely than it ranks them: GRPO can sharpen them.
 
 Targets (issue 21): warm-start success at least 30% and below 70%; GRPO lifts it by at least 15 points in under
 30 minutes on 2 cores. `success_before` and `success_after` at the top level are the reference-judge run's. The LLM

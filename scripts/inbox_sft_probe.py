@@ -41,10 +41,10 @@ def copy_fields(tokenizer, example: Example, messages) -> list[tuple[str, list[i
         wanted = []
         if call.get("name") == "search_inbox":
             wanted = [("keyword", keyword) for keyword in arguments["keywords"]]
-            if message.get("content"):  # the label it looks for, named before the search (the demonstrator from v7)
-                wanted.insert(0, ("plan", message["content"].split('"')[1]))
         elif call.get("name") == "read_email":
             wanted = [("read_id", arguments["id"])]
+            if message.get("content"):  # the label it looks for, named before it reads (the demonstrator from v8)
+                wanted.insert(0, ("plan", message["content"].split('"')[1]))
         elif call.get("name") == "answer" and arguments.get("source_ids"):
             wanted = [("answer_text", arguments["text"])] + [("cited_id", i) for i in arguments["source_ids"]]
             if message.get("content"):  # the email's line, quoted before the call (the demonstrator until v3)

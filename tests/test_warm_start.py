@@ -171,13 +171,16 @@ def test_a_strategy_the_environment_lacks_and_a_too_long_demonstration_are_clear
 
 def test_each_committed_warm_start_is_the_build_of_its_current_recipe() -> None:
     """A committed model under `agentic_rl_lab/data/` that records another recipe would be silently rebuilt."""
-    from agentic_rl_lab.warm_start import RECIPES, warm_started_model_path
+    from agentic_rl_lab.warm_start import RECIPES, recipe_cache_key, warm_started_model_path
 
     committed = {name for name, recipe in RECIPES.items() if recipe.directory.is_dir()}
-    assert committed >= {"fog_maze"}  # inbox_search's is not yet: no recipe works (docs/warm-start.md)
+    assert committed == {"fog_maze", "inbox_search"}
     for env_name in committed:
         recipe = RECIPES[env_name]
-        assert load_info(recipe.directory)["config"] == dataclasses.asdict(recipe.config), env_name
+        info = load_info(recipe.directory)
+        assert info["config"] == dataclasses.asdict(recipe.config), env_name
         assert warm_started_model_path(env_name) == recipe.directory
+        if env_name == "inbox_search":  # fog_maze's was exported before builds recorded their name
+            assert info["cache_key"] == recipe_cache_key(env_name), "the demonstrations changed since the export"
     with pytest.raises(ValueError, match="no warm-start recipe for 'guess_number'; there are: inbox_search, fog_maze"):
         warm_started_model_path("guess_number")
