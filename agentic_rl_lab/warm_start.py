@@ -20,7 +20,7 @@ would never start. A warm start fixes that with supervised fine-tuning (SFT) on 
 Pick a demonstrator that is *coherent but mediocre*: it must finish the task often enough for the model to learn
 the format and every skill it needs (at least a third of the time), and make mistakes that are choices, not missing
 skills, so there is headroom that only RL can take. `inbox_search`'s `mediocre` gives up right after its search
-a quarter of the time: the model learns to search, read and answer, and GRPO learns to stop giving up.
+one time in five: the model learns to search, read and answer, and GRPO learns to stop giving up.
 
     from agentic_rl_lab.envs import InboxSearch
     path = warm_start(InboxSearch(), WarmStartConfig(strategy="mediocre"))   # minutes on 2 CPU cores, then cached
@@ -344,8 +344,8 @@ PRACTICE_INBOXES = 20
 """Inboxes the demonstrations are shared among: other draws of the same generator (`inbox_data.practice_inboxes`)."""
 INBOX_WARM_START = WarmStartConfig(
     strategy="mediocre",
-    episodes=3000,
-    sft_steps=4000,
+    episodes=4500,
+    sft_steps=6000,
     batch_tokens=1536,
     learning_rate=5e-4,
     copy_drill_steps=3000,

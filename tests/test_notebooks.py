@@ -44,6 +44,7 @@ PARAMETERS = {
         "NUM_GENERATIONS": 4,
         "EVAL_EPISODES": 24,
         "INBOX_EPISODES": 8,
+        "INBOX_STEPS": 1,
     },
 }
 

@@ -170,7 +170,9 @@ def test_a_strategy_the_environment_lacks_and_a_too_long_demonstration_are_clear
 
 
 def test_each_committed_warm_start_is_the_build_of_its_current_recipe() -> None:
-    """A committed model under `agentic_rl_lab/data/` that records another recipe would be silently rebuilt."""
+    """A committed model under `agentic_rl_lab/data/` that records another recipe would be silently rebuilt, and
+    one built from other demonstrations (a demonstrator's wording changed since) would be silently stale: its
+    `cache_key` is what the recipe builds today."""
     from agentic_rl_lab.warm_start import RECIPES, recipe_cache_key, warm_started_model_path
 
     committed = {name for name, recipe in RECIPES.items() if recipe.directory.is_dir()}

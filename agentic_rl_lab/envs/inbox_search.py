@@ -315,13 +315,13 @@ def answer_from(read: dict[str, str], label: str, entity_words: set[str], call_i
     return tool_call_message("answer", {"text": text, "source_ids": [i for _, i, _ in stating]}, call_id)
 
 
-EARLY_ANSWER_RATE = 0.25
+EARLY_ANSWER_RATE = 0.2
 """How often `mediocre` gives up right after its search instead of reading."""
 
 
 def mediocre(history: list[Message], rng: random.Random) -> Message:
     """A coherent but careless agent, the demonstrator a warm start imitates: it searches for the question's entity
-    as `expert` does but looks at the best match only (`max_results` 1); a quarter of the time it gives up there
+    as `expert` does but looks at the best match only (`max_results` 1); one time in five it gives up there
     ("I could not find it."); otherwise it names the line it looks for (`Looking for "Start time".`), reads that
     email and answers with the line that states the fact, as the email writes it (`Start time: 15:00`). It succeeds
     on about two questions in three.

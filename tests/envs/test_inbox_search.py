@@ -126,7 +126,7 @@ def test_random_strategy_makes_only_valid_calls_and_rarely_succeeds():
 
 
 def test_mediocre_gives_up_or_names_reads_and_answers_with_the_line_it_read():
-    """The warm start's demonstrator: headroom for RL (it gives up ~25% of the time), yet it never answers
+    """The warm start's demonstrator: headroom for RL (it gives up ~20% of the time), yet it never answers
     anything but a line it read, as the email writes it, after naming that line's label before reading, so imitating
     it teaches every skill the task needs; and one search result only, so the id it reads is the only one in its
     context."""
@@ -149,8 +149,8 @@ def test_mediocre_gives_up_or_names_reads_and_answers_with_the_line_it_read():
             said = [m["content"] for m in history if m["role"] == "assistant"]
             assert said == [None, f'Looking for "{label}".', None]
         outcomes.append(env.outcome())
-    assert 0.18 <= gave_up / 300 <= 0.32
-    assert 0.45 <= sum(outcome.success for outcome in outcomes) / 300 <= 0.7
+    assert 0.14 <= gave_up / 300 <= 0.26
+    assert 0.5 <= sum(outcome.success for outcome in outcomes) / 300 <= 0.8
 
 
 def _mentions(text: str, question: Question) -> bool:
