@@ -332,9 +332,9 @@ def mediocre(history: list[Message], rng: random.Random) -> Message:
     it with (with five results listed, cpu-tiny never learnt to pick the first); the email's line into `answer`,
     after the label it named before reading. Naming it there is a short step, a search reply after the question; at
     the answer, after the email, cpu-tiny chose a label of that email but not the asked one. (Named on the first
-    turn, the label moved the keywords by a few tokens, and cpu-tiny lost them.) Its mistakes
-    are choices, not missing skills: reading before answering, every time, is the headroom RL can take (it succeeds
-    on about 85% of the questions it does not give up on).
+    turn, the label moved the keywords by a few tokens, and cpu-tiny lost them.) Its mistakes are choices, not
+    missing skills: reading before answering, every time, is the headroom RL can take (it succeeds on about 85% of
+    the questions it does not give up on).
     """
     call_id = f"call_{len(history)}"
     parsed = parse_question(_question(history))
