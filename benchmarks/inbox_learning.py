@@ -37,12 +37,11 @@ from pathlib import Path
 import torch
 
 from agentic_rl_lab.envs import InboxSearch
+from agentic_rl_lab.envs.inbox_search import gave_up
 from agentic_rl_lab.grpo.trainer import GRPOTrainer, evaluation_metrics
 from agentic_rl_lab.judge import ReferenceJudge
-from agentic_rl_lab.models import for_inference, load_model
-from agentic_rl_lab.policies import HFPolicy
-from agentic_rl_lab.rollout import collect_groups
-from agentic_rl_lab.seeds import HELD_OUT_SEED_START, held_out_seeds
+from agentic_rl_lab.models import load_model
+from agentic_rl_lab.seeds import HELD_OUT_SEED_START
 from agentic_rl_lab.warm_start import load_info, warm_started_model_path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -53,7 +52,6 @@ CONFIG = GUESS_NUMBER_CONFIG
 """guess_number's learning settings (`benchmarks/grpo_learning.py`): the tier's LoRA adapters, 8 groups of 8 a
 step, 4 optimizer steps of 16 trajectories."""
 EVAL_EPISODES = 200
-GAVE_UP = "I could not find it."
 TARGETS = {"min_success_before": 0.30, "max_success_before": 0.70, "min_lift": 0.15, "max_wall_seconds": 30 * 60}
 
 
@@ -63,16 +61,11 @@ def tool_calls(groups_metrics: dict) -> float:
 
 
 def evaluate(trainer: GRPOTrainer, episodes: int) -> dict:
-    """`trainer.evaluate`'s metrics on the same held-out questions and sampling, and how often the model gave up
-    ("I could not find it.", the demonstrator's choice that GRPO should unlearn)."""
-    for_inference(trainer.model)
-    config = trainer.config
-    policy = HFPolicy(
-        trainer.model, trainer.tokenizer, config.temperature, config.top_p, config.max_new_tokens, seed=12345
-    )
-    groups = collect_groups(trainer.eval_env, policy, held_out_seeds(episodes), 1, progress=False, batch_size=64)
-    answers = [t.messages[-2] for g in groups for t in g.trajectories]
-    return {**evaluation_metrics(groups), "eval_gave_up": sum(GAVE_UP in json.dumps(m) for m in answers) / episodes}
+    """`trainer.evaluate`'s metrics on the held-out questions, and how often the model gave up (`gave_up`: the
+    demonstrator's choice that GRPO should unlearn)."""
+    groups = trainer.evaluation_groups(episodes)
+    gave_up_rate = sum(gave_up(t.messages) for g in groups for t in g.trajectories) / episodes
+    return {**evaluation_metrics(groups), "eval_gave_up": gave_up_rate}
 
 
 def main() -> dict:

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agentic_rl_lab.envs.inbox_search import InboxSearch
+from agentic_rl_lab.envs.inbox_search import InboxSearch, gave_up
 from agentic_rl_lab.sft import Example, _runs, demonstration_examples, play_demonstrations, sft_batches, sft_loss
 from agentic_rl_lab.tiny import default_model_path
 from agentic_rl_lab.warm_start import COPY_DRILL_BATCH_TOKENS, copy_drill, copying_accuracy, inbox_warm_start_envs
@@ -156,7 +156,7 @@ def main() -> None:
             "played": len(trajectories),
             "success_rate": sum(t.outcome.success for t in trajectories) / args.play,
             "format_valid_turn_rate": (turns - bad) / turns,
-            "gave_up": statistics.mean("could not find it" in json.dumps(t.messages[-2:]) for t in trajectories),
+            "gave_up": statistics.mean(gave_up(t.messages) for t in trajectories),
         }
         print(json.dumps(result))
         with log.open("a") as f:

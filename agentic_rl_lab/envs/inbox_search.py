@@ -13,6 +13,7 @@ to 0.3 for citing exactly the emails that justify it.
 from __future__ import annotations
 
 import functools
+import json
 import random
 import re
 from dataclasses import dataclass
@@ -295,6 +296,17 @@ def expert(history: list[Message], rng: random.Random) -> Message:
     return answer_from(read, label, entity_words, call_id)
 
 
+NO_ANSWER = "I could not find it."
+"""What the scripted agents answer when no email they read states the fact: giving up, which scores as wrong."""
+
+
+def gave_up(messages: list[Message]) -> bool:
+    """Whether the agent's last message answered `NO_ANSWER`: `mediocre`'s choice, which a warm start copies and GRPO
+    should unlearn."""
+    last = next((m for m in reversed(messages) if m.get("role") == "assistant"), {})
+    return NO_ANSWER in json.dumps(last.get("tool_calls") or [])
+
+
 def answer_from(read: dict[str, str], label: str, entity_words: set[str], call_id: str, line: bool = False) -> Message:
     """Answer with the `Label: value` line of the newest read email about the entity that states it, citing every
     read email that states it; "I could not find it." when none does. The answer is the value (`15:00`), or with
@@ -308,7 +320,7 @@ def answer_from(read: dict[str, str], label: str, entity_words: set[str], call_i
         if fact and sent and entity_words <= set(search_words(text)):
             stating.append((sent.group(1), email_id, fact.group(1)))
     if not stating:
-        return tool_call_message("answer", {"text": "I could not find it.", "source_ids": []}, call_id)
+        return tool_call_message("answer", {"text": NO_ANSWER, "source_ids": []}, call_id)
     stating.sort()  # oldest first: the newest email corrects the others
     value = stating[-1][2]
     text = f"{label}: {value}" if line else value
@@ -351,7 +363,7 @@ def mediocre(history: list[Message], rng: random.Random) -> Message:
     listed = [email_id for email_id, _ in search_results(searches[-1])]
     if not read:
         if not listed or rng.random() < EARLY_ANSWER_RATE:
-            return tool_call_message("answer", {"text": "I could not find it.", "source_ids": []}, call_id)
+            return tool_call_message("answer", {"text": NO_ANSWER, "source_ids": []}, call_id)
         message = tool_call_message("read_email", {"id": listed[0]}, call_id)
         message["content"] = f'Looking for "{label}".'
         return message

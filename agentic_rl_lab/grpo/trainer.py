@@ -377,12 +377,14 @@ class GRPOTrainer:
     # ----- evaluation: ground truth, never the judge ------------------------------------------------------------------
     def evaluate(self, episodes: int | None = None) -> dict[str, float]:
         """Success, mean turns, score and valid-turn rate on held-out seeds, one trajectory each."""
-        episodes = episodes or self.config.eval_episodes
+        return evaluation_metrics(self.evaluation_groups(episodes))
+
+    def evaluation_groups(self, episodes: int | None = None) -> list[TrajectoryGroup]:
+        """The held-out episodes `evaluate` measures (the same seeds and sampling every time), for a closer look."""
         for_inference(self.model)
-        seeds = held_out_seeds(episodes)
+        seeds = held_out_seeds(episodes or self.config.eval_episodes)
         policy, batch_size = self._policy(seed=12345), self.config.per_device_eval_batch_size
-        groups = collect_groups(self.eval_env, policy, seeds, 1, progress=False, batch_size=batch_size)
-        return evaluation_metrics(groups)
+        return collect_groups(self.eval_env, policy, seeds, 1, progress=False, batch_size=batch_size)
 
     def _policy(self, seed: int) -> HFPolicy:
         config = self.config

@@ -18,7 +18,14 @@ from agentic_rl_lab.envs.inbox_data import (
     load_inbox,
     write_inbox,
 )
-from agentic_rl_lab.envs.inbox_search import InboxSearch, normalize, parse_question, search_results
+from agentic_rl_lab.envs.inbox_search import (
+    NO_ANSWER,
+    InboxSearch,
+    gave_up,
+    normalize,
+    parse_question,
+    search_results,
+)
 
 EMAILS, QUESTIONS = load_inbox()
 EMAIL = {email.id: email for email in EMAILS}
@@ -130,7 +137,7 @@ def test_mediocre_gives_up_or_names_reads_and_answers_with_the_line_it_read():
     anything but a line it read, as the email writes it, after naming that line's label before reading, so imitating
     it teaches every skill the task needs; and one search result only, so the id it reads is the only one in its
     context."""
-    outcomes, gave_up = [], 0
+    outcomes, gave_up_early = [], 0
     for seed in range(300):
         env = InboxSearch()
         history = play(env, "mediocre", seed)
@@ -140,8 +147,9 @@ def test_mediocre_gives_up_or_names_reads_and_answers_with_the_line_it_read():
         name, arguments, _ = exchanges[-1]
         assert name == "answer" and len(exchanges) <= 3  # a search, at most one read, the answer
         read = "\n".join(reply for tool, _, reply in exchanges if tool == "read_email")
-        if arguments["text"] == "I could not find it.":
-            gave_up += not read
+        if gave_up(history):
+            assert arguments == {"text": NO_ANSWER, "source_ids": []}
+            gave_up_early += not read
         else:
             assert f"\n{arguments['text']}\n" in read  # the email's line that states it, as the email writes it
             assert arguments["source_ids"] == [exchanges[1][1]["id"]]
@@ -149,7 +157,7 @@ def test_mediocre_gives_up_or_names_reads_and_answers_with_the_line_it_read():
             said = [m["content"] for m in history if m["role"] == "assistant"]
             assert said == [None, f'Looking for "{label}".', None]
         outcomes.append(env.outcome())
-    assert 0.14 <= gave_up / 300 <= 0.26
+    assert 0.14 <= gave_up_early / 300 <= 0.26
     assert 0.55 <= sum(outcome.success for outcome in outcomes) / 300 <= 0.75
 
 
