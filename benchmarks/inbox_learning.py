@@ -1,7 +1,7 @@
 """Does GRPO teach the warm-started tiny model to answer questions about an inbox? The realistic task, learned.
 
-    python benchmarks/inbox_learning.py              # writes benchmarks/results/inbox_learning.json
-    python benchmarks/inbox_learning.py --steps 10   # a shorter try (the file says how many steps ran)
+    python benchmarks/inbox_learning.py                      # 3 training seeds, about 50 minutes on 2 cores
+    python benchmarks/inbox_learning.py --seeds 0 --steps 10  # a shorter try (the file says what ran)
 
 1. **Warm start.** cpu-tiny (0% on `inbox_search`) imitates the `mediocre` demonstrator on practice inboxes
    (`agentic_rl_lab.warm_start`, `INBOX_WARM_START`): search for the question's entity and look at the best match
@@ -9,7 +9,7 @@
    states the fact (`warm_started_model_path`: a committed copy when one is current, else the cached build, else a
    new one).
 2. **GRPO** with the reference judge (the environment's score: 0 for a wrong answer, 0.7-1 for a right one, more for
-   citing exactly the emails that state it), on the train split's questions.
+   citing exactly the emails that state it), on the train split's questions, once for each training seed (`SEEDS`).
 3. **Evaluation** before and after, on the test split (questions about entities the train split never mentions),
    with the ground truth, never the judge: `EVAL_EPISODES` episodes, each a question drawn by its seed.
 
@@ -18,8 +18,9 @@ inbox_search`, about 30 minutes on 2 cores), then trains. What GRPO can take: th
 question in five it could answer, and a model that imitates it does too; reading instead is worth a right
 answer most of the time. And a model samples its copies less surely than it ranks them: GRPO can sharpen them.
 
-Targets (issue 21): warm-start success at least 30% and below 70%; GRPO lifts it by at least 15 points in under
-30 minutes on 2 cores. `success_before` and `success_after` at the top level are the reference-judge run's. The LLM
+Targets (issue 21): warm-start success at least 30% and below 70%; GRPO lifts it by at least 15 points, with every
+training seed (`success_lift_min`), each run in under 30 minutes on 2 cores. `success_before` and `success_after` at
+the top level are the reference-judge runs' (after: the mean over the seeds; `runs` has each one). The LLM
 judge of the CPU tier, the tiny judge, does not judge well enough yet (docs/tiny-judge.md): its run is reported as
 not run.
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -38,7 +40,7 @@ import torch
 
 from agentic_rl_lab.envs import InboxSearch
 from agentic_rl_lab.envs.inbox_search import gave_up
-from agentic_rl_lab.grpo.trainer import GRPOTrainer, evaluation_metrics
+from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer, evaluation_metrics
 from agentic_rl_lab.judge import ReferenceJudge
 from agentic_rl_lab.models import load_model
 from agentic_rl_lab.seeds import HELD_OUT_SEED_START
@@ -48,10 +50,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 from grpo_learning import CONFIG as GUESS_NUMBER_CONFIG  # noqa: E402
 from grpo_learning import cpu_name  # noqa: E402  (a sibling script, not a package)
 
-CONFIG = GUESS_NUMBER_CONFIG
-"""guess_number's learning settings (`benchmarks/grpo_learning.py`): the tier's LoRA adapters, 8 groups of 8 a
-step, 4 optimizer steps of 16 trajectories."""
-EVAL_EPISODES = 200
+CONFIG = dataclasses.replace(GUESS_NUMBER_CONFIG, learning_rate=3e-4)
+"""guess_number's learning settings (`benchmarks/grpo_learning.py`: the tier's LoRA adapters, 8 groups of 8 a step,
+4 optimizer steps of 16 trajectories) at half the tier's learning rate. At the tier's 6e-4, training seed 1 gained
+12.5 points in 15 steps and gave them back by step 60 (32.5% -> 45% -> 40.5% on 200 held-out questions, valid turns
+92% -> 85%); at 3e-4 the same seed held its gain (48.5%, 51.5%, 49% at steps 15, 30, 45; valid turns 91-93%)."""
+SEEDS = [0, 1, 2]
+"""Training seeds, one run each from the same warm start: one seed is not a measurement (seed 0 once lifted 15.5
+points and seed 1 3, at 6e-4)."""
+EVAL_EPISODES = 400
+"""Held-out episodes per evaluation: the test split's 84 questions about 5 times each. 200 carried about 3.5 points
+of noise each way (the same model measured 32.5% and 36.5% under two sampling batch sizes)."""
 TARGETS = {"min_success_before": 0.30, "max_success_before": 0.70, "min_lift": 0.15, "max_wall_seconds": 30 * 60}
 
 
@@ -68,53 +77,84 @@ def evaluate(trainer: GRPOTrainer, episodes: int) -> dict:
     return {**evaluation_metrics(groups), "eval_gave_up": gave_up_rate}
 
 
-def main() -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=CONFIG.steps, help="GRPO steps")
-    parser.add_argument("--eval-episodes", type=int, default=EVAL_EPISODES, help="held-out episodes per evaluation")
-    parser.add_argument("--seed", type=int, default=CONFIG.seed, help="training seed")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "inbox_learning.json")
-    args = parser.parse_args()
-    torch.set_num_threads(2)
-    config = dataclasses.replace(CONFIG, steps=args.steps, seed=args.seed)
-
-    started = time.perf_counter()
-    model_dir = warm_started_model_path("inbox_search")
-    warm_seconds = time.perf_counter() - started
-    info = load_info(model_dir)
+def new_trainer(config: GRPOConfig, model_dir: Path, run_dir: str) -> GRPOTrainer:
+    """The warm start with fresh LoRA adapters, to train on the train split and evaluate on the test split."""
     torch.manual_seed(config.seed)
     loaded = load_model("cpu-tiny", model_name=model_dir)
     env, eval_env = InboxSearch(split="train"), InboxSearch(split="test")
+    return GRPOTrainer(config, loaded.model, loaded.tokenizer, env, ReferenceJudge(), run_dir, eval_env=eval_env)
+
+
+def train_and_evaluate(config: GRPOConfig, model_dir: Path, episodes: int) -> dict:
+    """One training seed: GRPO from the warm start, then the held-out evaluation."""
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = GRPOTrainer(config, loaded.model, loaded.tokenizer, env, ReferenceJudge(), run_dir, eval_env=eval_env)
-        before = evaluate(trainer, args.eval_episodes)
-        print("before:", json.dumps(before), flush=True)
+        trainer = new_trainer(config, model_dir, run_dir)
         started = time.perf_counter()
         metrics = trainer.train()
         train_seconds = time.perf_counter() - started
-        after = evaluate(trainer, args.eval_episodes)
-        print("after:", json.dumps(after), flush=True)
-    lift = after["eval_success"] - before["eval_success"]
+        after = evaluate(trainer, episodes)
+    print(f"seed {config.seed}, after:", json.dumps(after), flush=True)
     seconds = metrics[["seconds_rollout", "seconds_judge", "seconds_update"]].sum()
-    report = {
-        "env": "inbox_search",
-        "tier": "cpu-tiny, warm-started on inbox_search",
-        "judge": "reference",
-        "success_before": before["eval_success"],
+    return {
+        "seed": config.seed,
         "success_after": after["eval_success"],
-        "success_lift": lift,
-        "mean_tool_calls_before": tool_calls(before),
         "mean_tool_calls_after": tool_calls(after),
-        "score_before": before["eval_score"],
         "score_after": after["eval_score"],
-        "gave_up_before": before["eval_gave_up"],
         "gave_up_after": after["eval_gave_up"],
-        "valid_turn_rate_before": before["eval_valid_turn_rate"],
         "valid_turn_rate_after": after["eval_valid_turn_rate"],
         "wall_seconds": round(train_seconds, 1),
         "seconds_by_phase": {name.removeprefix("seconds_"): round(float(v), 1) for name, v in seconds.items()},
         "train_reward_by_step": [round(float(x), 4) for x in metrics["reward_mean"]],
         "train_success_by_step": [round(float(x), 4) for x in metrics["train_success"]],
+    }
+
+
+def main() -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=CONFIG.steps, help="GRPO steps")
+    parser.add_argument("--eval-episodes", type=int, default=EVAL_EPISODES, help="held-out episodes per evaluation")
+    parser.add_argument("--seeds", type=int, nargs="+", default=SEEDS, help="training seeds, one run each")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "inbox_learning.json")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    config = dataclasses.replace(CONFIG, steps=args.steps)
+
+    started = time.perf_counter()
+    model_dir = warm_started_model_path("inbox_search")
+    warm_seconds = time.perf_counter() - started
+    info = load_info(model_dir)
+    with tempfile.TemporaryDirectory() as run_dir:  # before: the same model and questions for every seed
+        before = evaluate(new_trainer(config, model_dir, run_dir), args.eval_episodes)
+    print("before:", json.dumps(before), flush=True)
+    runs = [
+        train_and_evaluate(dataclasses.replace(config, seed=seed), model_dir, args.eval_episodes) for seed in args.seeds
+    ]
+
+    def mean(key: str) -> float:
+        return statistics.mean(run[key] for run in runs)
+
+    for run in runs:
+        run["success_lift"] = run["success_after"] - before["eval_success"]
+    lifts = [run["success_lift"] for run in runs]
+    report = {
+        "env": "inbox_search",
+        "tier": "cpu-tiny, warm-started on inbox_search",
+        "judge": "reference",
+        "seeds": args.seeds,
+        "success_before": before["eval_success"],
+        "success_after": mean("success_after"),
+        "success_lift": statistics.mean(lifts),
+        "success_lift_min": min(lifts),
+        "mean_tool_calls_before": tool_calls(before),
+        "mean_tool_calls_after": mean("mean_tool_calls_after"),
+        "score_before": before["eval_score"],
+        "score_after": mean("score_after"),
+        "gave_up_before": before["eval_gave_up"],
+        "gave_up_after": mean("gave_up_after"),
+        "valid_turn_rate_before": before["eval_valid_turn_rate"],
+        "valid_turn_rate_after": mean("valid_turn_rate_after"),
+        "wall_seconds": max(run["wall_seconds"] for run in runs),
+        "runs": runs,
         "warm_start": {
             "model": str(model_dir.name),
             "config": info["config"],
@@ -127,17 +167,17 @@ def main() -> dict:
             "why": "the tiny judge ranks at chance so far (docs/tiny-judge.md, issue 20); no LLM judge runs on CPU",
         },
         "eval": {"split": "test", "first_seed": HELD_OUT_SEED_START, "episodes": args.eval_episodes},
-        "config": dataclasses.asdict(config),
+        "config": {**dataclasses.asdict(config), "seed": args.seeds},
         "threads": torch.get_num_threads(),
         "cpu": cpu_name(),
         "targets": TARGETS,
         "met": TARGETS["min_success_before"] <= before["eval_success"] < TARGETS["max_success_before"]
-        and lift >= TARGETS["min_lift"]
-        and train_seconds <= TARGETS["max_wall_seconds"],
+        and min(lifts) >= TARGETS["min_lift"]
+        and all(run["wall_seconds"] <= TARGETS["max_wall_seconds"] for run in runs),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in report.items() if not k.startswith("train_")}, indent=2))
+    print(json.dumps({k: v for k, v in report.items() if k != "runs"}, indent=2))
     return report
 
 
