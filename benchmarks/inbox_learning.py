@@ -52,15 +52,13 @@ from grpo_learning import cpu_name  # noqa: E402  (a sibling script, not a packa
 
 CONFIG = dataclasses.replace(GUESS_NUMBER_CONFIG, learning_rate=3e-4)
 """guess_number's learning settings (`benchmarks/grpo_learning.py`: the tier's LoRA adapters, 8 groups of 8 a step,
-4 optimizer steps of 16 trajectories) at half the tier's learning rate. At the tier's 6e-4, training seed 1 gained
-12.5 points in 15 steps and gave them back by step 60 (32.5% -> 45% -> 40.5% on 200 held-out questions, valid turns
-92% -> 85%); at 3e-4 the same seed held its gain (48.5%, 51.5%, 49% at steps 15, 30, 45; valid turns 91-93%)."""
+4 optimizer steps of 16 trajectories) at half the tier's learning rate: at 6e-4 a run gave its gain back by step 60,
+breaking its calls; at 3e-4 the same seed kept it (docs/warm-start.md)."""
 SEEDS = [0, 1, 2]
-"""Training seeds, one run each from the same warm start: one seed is not a measurement (seed 0 once lifted 15.5
-points and seed 1 3, at 6e-4)."""
+"""Training seeds, one run each from the same warm start: one seed is not a measurement."""
 EVAL_EPISODES = 400
-"""Held-out episodes per evaluation: the test split's 84 questions about 5 times each. 200 carried about 3.5 points
-of noise each way (the same model measured 32.5% and 36.5% under two sampling batch sizes)."""
+"""Held-out episodes per evaluation: the test split's 84 questions about 5 times each (200 carried about 3.5 points
+of noise each way)."""
 TARGETS = {"min_success_before": 0.30, "max_success_before": 0.70, "min_lift": 0.15, "max_wall_seconds": 30 * 60}
 
 
