@@ -301,14 +301,28 @@ def load_tiny_judge(path: str | Path | None = None) -> tuple[Any, Any]:
     return model, AutoTokenizer.from_pretrained(path)
 
 
-def make_tiny_judge(kind: str = "relative", batch_size: int = 8, **judge_options: Any) -> Any:
-    """A `RelativeJudge` (or `AbsoluteJudge`) answered by the tiny judge, `batch_size` groups per generate call,
-    with the rubric it was trained on. `judge_options` go to the judge (`permutations`, `on_failure`, ...)."""
+def weights_name(path: str | Path) -> str:
+    """`tiny-judge-<12 hex digits>`, from the SHA-256 of the weights file: the judge cache keys answers by the
+    backend's model name, so a rebuilt judge must not share a name with the one before it (whose cached answers
+    it would otherwise be served)."""
+    import hashlib
+
+    digest = hashlib.sha256(Path(path, "model.safetensors").read_bytes()).hexdigest()
+    return f"tiny-judge-{digest[:12]}"
+
+
+def make_tiny_judge(
+    kind: str = "relative", batch_size: int = 8, path: str | Path | None = None, **judge_options: Any
+) -> Any:
+    """A `RelativeJudge` (or `AbsoluteJudge`) answered by the tiny judge at `path` (`EMBEDDED_JUDGE_DIR` unless
+    given), `batch_size` groups per generate call, with the rubric it was trained on. `judge_options` go to the
+    judge (`permutations`, `on_failure`, ...)."""
     from agentic_rl_lab.judge import AbsoluteJudge, HFJudgeBackend, RelativeJudge
 
-    model, tokenizer = load_tiny_judge()
+    path = Path(path or EMBEDDED_JUDGE_DIR)
+    model, tokenizer = load_tiny_judge(path)
     max_new_tokens = 640 if kind == "relative" else 96  # 8 entries of ~70 tokens, or one
-    backend = HFJudgeBackend(model, tokenizer, model_name="tiny-judge", max_new_tokens=max_new_tokens,
+    backend = HFJudgeBackend(model, tokenizer, model_name=weights_name(path), max_new_tokens=max_new_tokens,
                              batch_size=batch_size)  # fmt: skip
     judge_class = {"relative": RelativeJudge, "absolute": AbsoluteJudge}[kind]
     return judge_class(backend, rubric=TINY_JUDGE_RUBRIC, **judge_options)

@@ -63,3 +63,24 @@ def test_the_data_mixes_relative_and_absolute_conversations_of_every_quality():
     assert min(scores) <= 0.3 and max(scores) > 0.8, "failures and fast successes"
     one = absolute_example(mixed_group("guess_number", 1, 1, random.Random(2)).trajectories[0], random.Random(3))
     assert len(read_judgment(one[-1]["content"], trajectory_ids(one[:-1]))) == 1
+
+
+def test_a_rebuilt_judge_is_never_served_its_predecessors_cached_answers(small_model_dir, tmp_path):
+    """The judge cache keys answers by the backend's model name: the name must change with the weights."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from agentic_rl_lab.tiny_judge import make_tiny_judge, weights_name
+
+    rebuilt = tmp_path / "rebuilt"
+    shutil.copytree(small_model_dir, rebuilt)
+    weights = load_file(rebuilt / "model.safetensors")
+    first = next(iter(weights))
+    weights[first] = weights[first] + 1
+    save_file(weights, rebuilt / "model.safetensors", metadata={"format": "pt"})
+
+    judge = make_tiny_judge(path=small_model_dir)
+    assert judge.backend.model == weights_name(small_model_dir)
+    assert weights_name(rebuilt) != weights_name(small_model_dir)
+    assert make_tiny_judge(path=rebuilt).backend.model == weights_name(rebuilt)
