@@ -92,23 +92,6 @@ def probe(model, tokenizer, examples: list[Example], fields) -> dict:
     }
 
 
-def weighted_loss(model, batch: list[Example], pad_id: int, copy_weight: float):
-    """Cross-entropy on the counted tokens (hard targets), the copied ones weighted `copy_weight`."""
-    length = max(len(e.input_ids) for e in batch)
-    ids = torch.full((len(batch), length), pad_id, dtype=torch.long)
-    weights = torch.zeros((len(batch), length))
-    for row, example in enumerate(batch):
-        ids[row, : len(example.input_ids)] = torch.tensor(example.input_ids)
-        weights[row, : len(example.input_ids)] = torch.tensor(example.assistant_mask, dtype=torch.float)
-        for position in getattr(example, "copied", ()):
-            weights[row, position] *= copy_weight
-    logits = model(input_ids=ids).logits[:, :-1]
-    targets = ids[:, 1:].reshape(-1)
-    losses = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets, reduction="none")
-    weights = weights[:, 1:].reshape(-1)
-    return (losses * weights).sum() / weights.sum()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -173,8 +156,10 @@ def main() -> None:
         for example in examples:
             first = example.assistant_mask.index(True)
             example.assistant_mask = [p >= first for p in range(len(example.input_ids))]
-    for example, demo in zip(examples, demos):  # the copied tokens, for --copy-weight
-        example.copied = {p for _, positions in copy_fields(tokenizer, example, demo.messages) for p in positions}
+    for example, demo in zip(examples, demos):  # the copied tokens weigh --copy-weight in the loss's mean
+        copied = [p for _, positions in copy_fields(tokenizer, example, demo.messages) for p in positions]
+        for position in copied if args.copy_weight != 1.0 else []:
+            example.weights[position] = example.weights.get(position, 1.0) * args.copy_weight
     held_out = play_demonstrations([InboxSearch(split="test")], "mediocre", 60, PROBE_BLOCK)
     probe_examples = demonstration_examples(tokenizer, held_out, strategy, 0, "probe")
     probe_fields = [copy_fields(tokenizer, e, d.messages) for e, d in zip(probe_examples, held_out)]
@@ -203,10 +188,7 @@ def main() -> None:
             for group in optimizer.param_groups:
                 group["lr"] = (args.drill_lr if drilling else args.learning_rate) * min(1.0, (step + 1) / args.warmup)
             batch = next(drill_batches if drilling else batches)
-            if args.copy_weight != 1.0 and not drilling:
-                loss = weighted_loss(model, batch, tokenizer.pad_token_id, args.copy_weight)
-            else:
-                loss = sft_loss(model, batch, tokenizer.pad_token_id)
+            loss = sft_loss(model, batch, tokenizer.pad_token_id)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
