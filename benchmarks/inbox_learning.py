@@ -1,6 +1,6 @@
 """Does GRPO teach the warm-started tiny model to answer questions about an inbox? The realistic task, learned.
 
-    python benchmarks/inbox_learning.py                      # 3 training seeds, about 65 minutes on 2 cores
+    python benchmarks/inbox_learning.py                      # 3 training seeds, about 60 minutes on 2 cores
     python benchmarks/inbox_learning.py --seeds 0 --steps 10  # a shorter try (the file says what ran)
 
 1. **Warm start.** cpu-tiny (0% on `inbox_search`) imitates the `mediocre` demonstrator on practice inboxes
@@ -11,7 +11,8 @@
 2. **GRPO** with the reference judge (the environment's score: 0 for a wrong answer, 0.7-1 for a right one, more for
    citing exactly the emails that state it), on the train split's questions, once for each training seed (`SEEDS`).
 3. **Evaluation** before and after, on the test split (questions about entities the train split never mentions),
-   with the ground truth, never the judge: `EVAL_EPISODES` episodes, each a question drawn by its seed.
+   with the ground truth, never the judge: `BEFORE_EPISODES` episodes before, `EVAL_EPISODES` after each run, each
+   a question drawn by its seed.
 
 The script builds the warm start when no committed copy is current (`python -m agentic_rl_lab warm-start
 inbox_search`, about 30 minutes on 2 cores), then trains. What GRPO can take: the demonstrator gives up on one

@@ -156,10 +156,11 @@ def main() -> None:
         for example in examples:
             first = example.assistant_mask.index(True)
             example.assistant_mask = [p >= first for p in range(len(example.input_ids))]
-    for example, demo in zip(examples, demos):  # the copied tokens weigh --copy-weight in the loss's mean
-        copied = [p for _, positions in copy_fields(tokenizer, example, demo.messages) for p in positions]
-        for position in copied if args.copy_weight != 1.0 else []:
-            example.weights[position] = example.weights.get(position, 1.0) * args.copy_weight
+    if args.copy_weight != 1.0:  # the copied tokens weigh --copy-weight in the loss's mean
+        for example, demo in zip(examples, demos):
+            for _, positions in copy_fields(tokenizer, example, demo.messages):
+                for position in positions:
+                    example.weights[position] = example.weights.get(position, 1.0) * args.copy_weight
     held_out = play_demonstrations([InboxSearch(split="test")], "mediocre", 60, PROBE_BLOCK)
     probe_examples = demonstration_examples(tokenizer, held_out, strategy, 0, "probe")
     probe_fields = [copy_fields(tokenizer, e, d.messages) for e, d in zip(probe_examples, held_out)]
