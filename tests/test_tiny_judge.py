@@ -67,11 +67,12 @@ def test_the_data_mixes_relative_and_absolute_conversations_of_every_quality():
 
 def test_a_rebuilt_judge_is_never_served_its_predecessors_cached_answers(small_model_dir, tmp_path):
     """The judge cache keys answers by the backend's model name: the name must change with the weights."""
+    import json
     import shutil
 
     from safetensors.torch import load_file, save_file
 
-    from agentic_rl_lab.tiny_judge import make_tiny_judge, weights_name
+    from agentic_rl_lab.tiny_judge import make_tiny_judge
 
     rebuilt = tmp_path / "rebuilt"
     shutil.copytree(small_model_dir, rebuilt)
@@ -80,7 +81,8 @@ def test_a_rebuilt_judge_is_never_served_its_predecessors_cached_answers(small_m
     weights[first] = weights[first] + 1
     save_file(weights, rebuilt / "model.safetensors", metadata={"format": "pt"})
 
-    judge = make_tiny_judge(path=small_model_dir)
-    assert judge.backend.model == weights_name(small_model_dir)
-    assert weights_name(rebuilt) != weights_name(small_model_dir)
-    assert make_tiny_judge(path=rebuilt).backend.model == weights_name(rebuilt)
+    def cache_name(path) -> str:
+        return json.dumps(make_tiny_judge(path=path).backend.settings(), sort_keys=True)  # what the cache key holds
+
+    assert cache_name(rebuilt) != cache_name(small_model_dir), "a rebuild would be served the old answers"
+    assert cache_name(small_model_dir) == cache_name(small_model_dir), "the same weights keep their cached answers"
