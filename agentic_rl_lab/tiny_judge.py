@@ -108,12 +108,14 @@ def relative_example(group: TrajectoryGroup, shown: Sequence[tuple[str, int]]) -
     return [*messages, {"role": "assistant", "content": answer(verdicts)}]
 
 
-def shuffled(group: TrajectoryGroup, rng: random.Random) -> list[tuple[str, int]]:
-    """Members in a random order under random ids `t1`..`tN`, as `RelativeJudge.arrange` shows them."""
+def shuffled(group: TrajectoryGroup, rng: random.Random, shuffle_ids: bool = False) -> list[tuple[str, int]]:
+    """Members in a random order under ids `t1`..`tN`, numbered as shown or (`shuffle_ids`) shuffled too, as
+    `RelativeJudge.arrange` shows them."""
     members = list(range(len(group.trajectories)))
     rng.shuffle(members)
     ids = [f"t{number}" for number in range(1, len(members) + 1)]
-    rng.shuffle(ids)
+    if shuffle_ids:
+        rng.shuffle(ids)
     return list(zip(ids, members))
 
 
@@ -134,6 +136,11 @@ class JudgeData:
     4); they are not in the default data yet (`docs/tiny-judge.md`)."""
     absolute_per_group: int = 2
     """Trajectories of each group also judged alone (`AbsoluteJudge`'s prompt): short examples of the same skill."""
+    shuffle_ids: bool = False
+    """Ids as `RelativeJudge(shuffle_ids=...)` will show them. Numbered in display order (`t1` shown first), as RULER
+    does: with shuffled ids a 4M judge read the transcripts but wrote its verdicts under the wrong ids (pilot 7,
+    pairwise accuracy 0.36 on groups of 2); in display order the same recipe reached 0.76 (pilot 8,
+    `docs/tiny-judge.md`). `make_tiny_judge` judges the same way."""
     seed: int = 0
 
     @property
@@ -152,7 +159,7 @@ def judge_conversations(data: JudgeData, policy_groups: dict[str, list[Trajector
             policy_group = from_policy[index % len(from_policy)] if from_policy else None
             seed = policy_group.seed if policy_group else data.seed * 100_003 + index
             group = mixed_group(env_name, seed, rng.choice(sizes), rng, policy_group)
-            conversations.append(relative_example(group, shuffled(group, rng)))
+            conversations.append(relative_example(group, shuffled(group, rng, data.shuffle_ids)))
             alone = rng.sample(group.trajectories, min(data.absolute_per_group, len(group.trajectories)))
             conversations += [absolute_example(t, rng) for t in alone]
     rng.shuffle(conversations)
@@ -315,8 +322,8 @@ def make_tiny_judge(
     kind: str = "relative", batch_size: int = 8, path: str | Path | None = None, **judge_options: Any
 ) -> Any:
     """A `RelativeJudge` (or `AbsoluteJudge`) answered by the tiny judge at `path` (`EMBEDDED_JUDGE_DIR` unless
-    given), `batch_size` groups per generate call, with the rubric it was trained on. `judge_options` go to the
-    judge (`permutations`, `on_failure`, ...)."""
+    given), `batch_size` groups per generate call, with the rubric it was trained on and its ids numbered as it was
+    trained (`JudgeData.shuffle_ids`). `judge_options` go to the judge (`permutations`, `on_failure`, ...)."""
     from agentic_rl_lab.judge import AbsoluteJudge, HFJudgeBackend, RelativeJudge
 
     path = Path(path or EMBEDDED_JUDGE_DIR)
@@ -324,5 +331,7 @@ def make_tiny_judge(
     max_new_tokens = 640 if kind == "relative" else 96  # 8 entries of ~70 tokens, or one
     backend = HFJudgeBackend(model, tokenizer, model_name=weights_name(path), max_new_tokens=max_new_tokens,
                              batch_size=batch_size)  # fmt: skip
+    if kind == "relative":
+        judge_options.setdefault("shuffle_ids", JudgeData().shuffle_ids)
     judge_class = {"relative": RelativeJudge, "absolute": AbsoluteJudge}[kind]
     return judge_class(backend, rubric=TINY_JUDGE_RUBRIC, **judge_options)

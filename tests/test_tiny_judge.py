@@ -65,6 +65,18 @@ def test_the_data_mixes_relative_and_absolute_conversations_of_every_quality():
     assert len(read_judgment(one[-1]["content"], trajectory_ids(one[:-1]))) == 1
 
 
+def test_it_is_trained_and_judges_with_the_ids_in_display_order(small_model_dir):
+    from agentic_rl_lab.tiny_judge import make_tiny_judge
+
+    (conversation,) = judge_conversations(JudgeData(groups=(("guess_number", 1, (5,)),), absolute_per_group=0))
+    assert trajectory_ids(conversation[:-1]) == [f"t{k}" for k in range(1, 6)], "t1 is shown first, t5 last"
+    group = mixed_group("guess_number", 3, 5, random.Random(4))
+    judge = make_tiny_judge(path=small_model_dir, cache=None)
+    assert [s.id for s in judge.arrange(group, 1)] == [f"t{k}" for k in range(1, 6)], "judged as it was trained"
+    shuffled = make_tiny_judge(path=small_model_dir, cache=None, shuffle_ids=True).arrange(group, 1)
+    assert [s.id for s in shuffled] != [f"t{k}" for k in range(1, 6)], "unless asked otherwise"
+
+
 def test_a_rebuilt_judge_is_never_served_its_predecessors_cached_answers(small_model_dir, tmp_path):
     """The judge cache keys answers by the backend's model name: the name must change with the weights."""
     import json

@@ -4,6 +4,8 @@ Every judge (relative, absolute, reference) works the same way:
 
 1. **Arrange.** Give each trajectory an anonymous id (`t1`, `t2`, ...) and a display position, both shuffled
    with a seeded random generator, so neither the id nor the position says which member of the group it is.
+   With `shuffle_ids=False` the ids follow the display order (`t1` shown first), as RULER numbers them: easier
+   for a small judge, which must find the block an id names (the tiny judge is trained that way).
 2. **Judge.** Score the arranged trajectories (`judge`, written by each kind of judge), once per permutation.
    Every call is appended to a `JudgeRecord`: the ids and their order, every attempt with its request, raw
    answer, token usage and error, and the scores *by id*.
@@ -145,6 +147,8 @@ class GroupJudge(ABC):
 
     name: ClassVar[str]
     max_concurrency: int = 1
+    shuffle_ids: bool = True
+    """Shuffle the ids apart from the positions; False numbers them in display order (see `arrange`)."""
 
     def __init__(self, *, permutations: int = 1, on_failure: OnFailure = "raise", seed: int = 0) -> None:
         if permutations < 1:
@@ -169,12 +173,14 @@ class GroupJudge(ABC):
 
     def arrange(self, group: TrajectoryGroup, permutation: int = 0) -> list[Shown]:
         """Anonymous ids and display positions for the group's trajectories, shuffled independently and seeded by
-        (judge seed, environment, group seed, permutation)."""
+        (judge seed, environment, group seed, permutation); with `shuffle_ids=False`, `t1` is the one shown first.
+        The positions are the same either way."""
         rng = random.Random(f"{self.seed}/{group.env}/{group.seed}/{permutation}")
         members = list(range(len(group.trajectories)))
         rng.shuffle(members)
         ids = [f"t{number}" for number in range(1, len(members) + 1)]
-        rng.shuffle(ids)
+        if self.shuffle_ids:
+            rng.shuffle(ids)
         return [Shown(id_, member, position) for position, (id_, member) in enumerate(zip(ids, members))]
 
     def score(self, group: TrajectoryGroup) -> TrajectoryGroup | None:

@@ -6,8 +6,9 @@ on one scale in one context. A judge that scores each one alone (`AbsoluteJudge`
 across separate calls, and any drift between calls lands in the advantages as noise.
 
 What it does better than RULER: scores are matched by anonymous id, never by position; ids and order are
-shuffled; answers are validated and retried with feedback; `permutations=K` averages K orders and reports how
-consistent they were; every call is recorded and cached.
+shuffled (or, with `shuffle_ids=False`, the order only, the ids numbered as shown, as RULER does); answers are
+validated and retried with feedback; `permutations=K` averages K orders and reports how consistent they were;
+every call is recorded and cached.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class RelativeJudge(LLMJudge):
     - `dedup_prefix`: show the messages every trajectory starts with (system prompt, goal) once, in `<context>`.
     - `permutations`: judge K shuffled orders and average; `group.metadata["judge"]["position_consistency"]` says
       how often the order changed a comparison.
+    - `shuffle_ids`: False numbers the trajectories in the order shown (`t1` first), as RULER does. A position
+      bias and an id bias are then one bias, which `permutations` still measures.
     - The rest (`rubric`, `cache`, retries, `on_failure`, `seed`) is `LLMJudge`'s.
     """
 
@@ -41,6 +44,7 @@ class RelativeJudge(LLMJudge):
         *,
         rubric: str = DEFAULT_RUBRIC,
         dedup_prefix: bool = True,
+        shuffle_ids: bool = True,
         permutations: int = 1,
         cache: JudgeCache | Literal["default"] | None = "default",
         max_retries: int = 3,
@@ -61,6 +65,7 @@ class RelativeJudge(LLMJudge):
             seed=seed,
         )
         self.dedup_prefix = dedup_prefix
+        self.shuffle_ids = shuffle_ids
 
     def prompt(self, group: TrajectoryGroup, permutation: int = 0) -> list[Message]:
         """The exact messages the judge model gets for `group` in `permutation`, to read or to count."""

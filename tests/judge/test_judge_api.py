@@ -146,6 +146,16 @@ def test_permutations_judge_several_orders_average_them_and_report_consistency(c
         assert trajectory.reward == pytest.approx(sum(positions) / 4 / 3), "the mean over the three orders"
 
 
+def test_ids_in_display_order_still_reach_their_trajectories_in_every_permutation(chat_server, groups) -> None:
+    chat_server.default = by_content
+    group = relative(chat_server, permutations=3, shuffle_ids=False).score(groups[0])
+    orders = [[id_ for id_, _ in blocks(request)] for request in chat_server.requests]
+    assert orders == [[f"t{k}" for k in range(1, 6)]] * 3, "t1 is always the first shown"
+    record = JudgeRecord.of(group)
+    assert len({tuple(call.members.values()) for call in record.calls}) > 1, "t1 names another trajectory each time"
+    assert rewards(group) == pytest.approx(expected_rewards(group)), "each score found its own trajectory"
+
+
 # ----- invalid answers: retried with feedback ------------------------------------------------------------------------
 def invalid_answer(kind: str):
     """A scripted answer with one kind of problem, built from the ids actually shown in the request."""

@@ -135,6 +135,16 @@ def test_ids_and_order_are_shuffled_independently_and_reproducibly(groups) -> No
         assert sorted(s.member for s in a) == list(range(5)) and [s.position for s in a] == list(range(5))
 
 
+def test_ids_in_display_order_number_the_same_order_t1_first(groups) -> None:
+    in_order = RelativeJudge(ScriptedBackend([]), cache=None, shuffle_ids=False)
+    for permutation in range(6):
+        shuffled, numbered = judge().arrange(groups[0], permutation), in_order.arrange(groups[0], permutation)
+        assert [s.member for s in numbered] == [s.member for s in shuffled], "the same positions either way"
+        assert [s.id for s in numbered] == [f"t{k}" for k in range(1, 6)]
+    user = in_order.prompt(groups[0])[1]["content"]
+    assert [id_ for id_, _ in BLOCK.findall(user)] == [f"t{k}" for k in range(1, 6)]
+
+
 def test_the_agent_turns_are_numbered_and_the_numbering_goes_on_after_a_shared_prefix() -> None:
     def turn(n: int) -> list[dict]:
         call = {"type": "function", "function": {"name": "guess", "arguments": f'{{"n": {n}}}'}}
