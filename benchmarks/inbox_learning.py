@@ -160,6 +160,7 @@ def main() -> dict:
         "runs": runs,
         "warm_start": {
             "model": str(model_dir.name),
+            "cache_key": info["cache_key"],
             "config": info["config"],
             "demonstrator_success_on_its_episodes": info["demonstrations"]["success_rate"],
             "sft_seconds": info["seconds"]["sft"],

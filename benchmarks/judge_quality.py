@@ -3,8 +3,8 @@
     python benchmarks/judge_quality.py      # writes benchmarks/results/judge_quality.json (~10 min on 2 cores)
 
 The judge is the committed tiny judge (`agentic_rl_lab/data/tiny-judge`, built by `build-tiny-judge`; none is
-committed yet, and build 1 wrote no valid answer: `docs/tiny-judge.md`), loaded
-with `AutoModelForCausalLM`/`AutoTokenizer` and served by `HFJudgeBackend` with batched generation. The groups
+committed yet: `docs/tiny-judge.md`), as `make_tiny_judge` serves it: loaded with
+`AutoModelForCausalLM`/`AutoTokenizer`, `HFJudgeBackend` with batched generation, the ids in display order. The groups
 are held out from its training (other scenario seeds and other strategy draws): per environment, groups that
 mix the scripted strategies, and groups of 8 sampled by the `cpu-tiny` policy (what the judge sees in training).
 
@@ -30,9 +30,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from agentic_rl_lab.judge import AbsoluteJudge, HFJudgeBackend, JudgeRecord, RelativeJudge
+from agentic_rl_lab.judge import JudgeRecord
 from agentic_rl_lab.judge.diagnostics import agreement
-from agentic_rl_lab.tiny_judge import EMBEDDED_JUDGE_DIR, TINY_JUDGE_RUBRIC, mixed_group, policy_samples
+from agentic_rl_lab.tiny_judge import EMBEDDED_JUDGE_DIR, make_tiny_judge, mixed_group, policy_samples
 from agentic_rl_lab.trajectory import TrajectoryGroup
 
 OUT = Path(__file__).parent / "results" / "judge_quality.json"
@@ -78,22 +78,12 @@ def summary(groups: list[TrajectoryGroup], judged: list[TrajectoryGroup], second
 
 
 def main() -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(EMBEDDED_JUDGE_DIR)
-    model = AutoModelForCausalLM.from_pretrained(EMBEDDED_JUDGE_DIR).eval()
     groups = held_out_groups()
     report: dict[str, Any] = {"judge": str(EMBEDDED_JUDGE_DIR.relative_to(Path(__file__).resolve().parents[1]))}
-    modes = {
-        "relative": (RelativeJudge, 8, 640),  # groups per generate call, answer tokens
-        "absolute": (AbsoluteJudge, 16, 96),
-    }
-    for mode, (kind, batch_size, max_new_tokens) in modes.items():
-        backend = HFJudgeBackend(model, tokenizer, max_new_tokens=max_new_tokens, batch_size=batch_size)
-        judge = kind(
-            backend, rubric=TINY_JUDGE_RUBRIC, permutations=2, cache=None, max_retries=MAX_RETRIES,
-            on_failure="skip", backoff_base=0.0,
-        )  # fmt: skip
+    for mode, batch_size in {"relative": 8, "absolute": 16}.items():  # groups (or trajectories) per generate call
+        judge = make_tiny_judge(
+            mode, batch_size, permutations=2, cache=None, max_retries=MAX_RETRIES, on_failure="skip", backoff_base=0.0
+        )
         runs = {}
         for env, env_groups in groups.items():
             copies = [g.model_copy(deep=True) for g in env_groups]
