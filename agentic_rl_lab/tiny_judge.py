@@ -267,8 +267,8 @@ def _digest(config: TinyJudgeConfig) -> str:
 
 
 EMBEDDED_JUDGE_DIR = Path(__file__).resolve().parent / "data" / "tiny-judge"
-"""Where a build is committed (bfloat16), like cpu-tiny's. None is yet: no build so far scores the trajectories
-better than chance (`docs/tiny-judge.md`)."""
+"""Where a build is committed (bfloat16), like cpu-tiny's. None is yet: the best builds so far judge pairs (0.76
+pairwise) but groups of 8, GRPO's, near chance (`docs/tiny-judge.md`)."""
 
 
 def main(argv: list[str] | None = None) -> Path:

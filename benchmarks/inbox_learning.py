@@ -168,7 +168,7 @@ def main() -> dict:
         },
         "llm_judge": {
             "ran": False,
-            "why": "the tiny judge ranks at chance so far (docs/tiny-judge.md, issue 20); no LLM judge runs on CPU",
+            "why": "the tiny judge reads pairs, not groups of 8, so far (docs/tiny-judge.md, issue 20): none is built",
         },
         "eval": {
             "split": "test",
