@@ -168,7 +168,7 @@ def main() -> dict:
         },
         "llm_judge": {
             "ran": False,
-            "why": "the tiny judge reads pairs, not groups of 8, so far (docs/tiny-judge.md, issue 20): none is built",
+            "why": "the tiny judge reads pairs, not yet groups of 8 (docs/tiny-judge.md, issue 20): none is committed",
         },
         "eval": {
             "split": "test",
