@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentic_rl_lab.envs import ENVIRONMENTS, make
+from agentic_rl_lab.judge.base import shuffled_ids
 from agentic_rl_lab.judge.prompt import absolute_prompt, relative_prompt
 from agentic_rl_lab.judge.relative import group_tools
 from agentic_rl_lab.policies import ScriptedPolicy
@@ -108,17 +109,6 @@ def relative_example(group: TrajectoryGroup, shown: Sequence[tuple[str, int]]) -
     return [*messages, {"role": "assistant", "content": answer(verdicts)}]
 
 
-def shuffled(group: TrajectoryGroup, rng: random.Random, shuffle_ids: bool = False) -> list[tuple[str, int]]:
-    """Members in a random order under ids `t1`..`tN`, numbered as shown or (`shuffle_ids`) shuffled too, as
-    `RelativeJudge.arrange` shows them."""
-    members = list(range(len(group.trajectories)))
-    rng.shuffle(members)
-    ids = [f"t{number}" for number in range(1, len(members) + 1)]
-    if shuffle_ids:
-        rng.shuffle(ids)
-    return list(zip(ids, members))
-
-
 def absolute_example(trajectory: Trajectory, rng: random.Random) -> list[dict[str, Any]]:
     """The absolute judge's prompt for one trajectory under a random id, and the target answer."""
     id_ = f"t{rng.randint(1, 8)}"
@@ -159,7 +149,8 @@ def judge_conversations(data: JudgeData, policy_groups: dict[str, list[Trajector
             policy_group = from_policy[index % len(from_policy)] if from_policy else None
             seed = policy_group.seed if policy_group else data.seed * 100_003 + index
             group = mixed_group(env_name, seed, rng.choice(sizes), rng, policy_group)
-            conversations.append(relative_example(group, shuffled(group, rng, data.shuffle_ids)))
+            shown = shuffled_ids(len(group.trajectories), rng, data.shuffle_ids)
+            conversations.append(relative_example(group, shown))
             alone = rng.sample(group.trajectories, min(data.absolute_per_group, len(group.trajectories)))
             conversations += [absolute_example(t, rng) for t in alone]
     rng.shuffle(conversations)

@@ -135,6 +135,17 @@ class Shown:
     position: int
 
 
+def shuffled_ids(size: int, rng: random.Random, shuffle_ids: bool = True) -> list[tuple[str, int]]:
+    """(id, member) in display order: the members in a random order, under ids `t1`..`tN` shuffled apart from the
+    positions, or numbered as shown (`shuffle_ids=False`). The tiny judge's training data is shown the same way."""
+    members = list(range(size))
+    rng.shuffle(members)
+    ids = [f"t{number}" for number in range(1, size + 1)]
+    if shuffle_ids:
+        rng.shuffle(ids)
+    return list(zip(ids, members))
+
+
 # ----- the interface -----------------------------------------------------------------------------------------------
 class GroupJudge(ABC):
     """Scores the trajectories of a group. Subclasses implement `judge`; `score` does the rest (see module doc).
@@ -176,12 +187,8 @@ class GroupJudge(ABC):
         (judge seed, environment, group seed, permutation); with `shuffle_ids=False`, `t1` is the one shown first.
         The positions are the same either way."""
         rng = random.Random(f"{self.seed}/{group.env}/{group.seed}/{permutation}")
-        members = list(range(len(group.trajectories)))
-        rng.shuffle(members)
-        ids = [f"t{number}" for number in range(1, len(members) + 1)]
-        if self.shuffle_ids:
-            rng.shuffle(ids)
-        return [Shown(id_, member, position) for position, (id_, member) in enumerate(zip(ids, members))]
+        shown = shuffled_ids(len(group.trajectories), rng, self.shuffle_ids)
+        return [Shown(id_, member, position) for position, (id_, member) in enumerate(shown)]
 
     def score(self, group: TrajectoryGroup) -> TrajectoryGroup | None:
         """Judge `group` and write every trajectory's `reward` and `metadata["judge"]`, and the group's record.
