@@ -1,6 +1,6 @@
 """Does GRPO teach the warm-started tiny model to answer questions about an inbox? The realistic task, learned.
 
-    python benchmarks/inbox_learning.py                      # 3 training seeds, about 60 minutes on 2 cores
+    python benchmarks/inbox_learning.py                      # 3 training seeds, about 80 minutes on 2 cores
     python benchmarks/inbox_learning.py --seeds 0 --steps 10  # a shorter try (the file says what ran)
 
 1. **Warm start.** cpu-tiny (0% on `inbox_search`) imitates the `mediocre` demonstrator on practice inboxes
@@ -11,8 +11,8 @@
 2. **GRPO** with the reference judge (the environment's score: 0 for a wrong answer, 0.7-1 for a right one, more for
    citing exactly the emails that state it), on the train split's questions, once for each training seed (`SEEDS`).
 3. **Evaluation** before and after, on the test split (questions about entities the train split never mentions),
-   with the ground truth, never the judge: `BEFORE_EPISODES` episodes before, `EVAL_EPISODES` after each run, each
-   a question drawn by its seed.
+   with the ground truth, never the judge: the same `EVAL_EPISODES` episodes before and after each run (each a
+   question drawn by its seed), so that a lift compares the two models on the same questions.
 
 The script builds the warm start when no committed copy is current (`python -m agentic_rl_lab warm-start
 inbox_search`, about 30 minutes on 2 cores), then trains. What GRPO can take: the demonstrator gives up on one
@@ -31,10 +31,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -57,12 +59,10 @@ CONFIG = dataclasses.replace(GUESS_NUMBER_CONFIG, learning_rate=3e-4)
 breaking its calls; at 3e-4 the same seed kept it (docs/warm-start.md)."""
 SEEDS = [0, 1, 2]
 """Training seeds, one run each from the same warm start: one seed is not a measurement."""
-EVAL_EPISODES = 400
-"""Held-out episodes per evaluation after training: the test split's 84 questions about 5 times each (200 carried
-about 3.5 points of noise each way)."""
-BEFORE_EPISODES = 2000
-"""Held-out episodes for the warm start, about 1 point of noise: every seed's lift is measured against this one
-figure, so its error would move all of them together (400 episodes once read 32.75% where 2,000 read 34.25%)."""
+EVAL_EPISODES = 2000
+"""Held-out episodes per evaluation, before and after: the test split's 84 questions about 24 times each, about 1
+point of noise. The same episodes both times: 400 of them once read the warm start at 32.75% where 2,000 read
+34.25%, and a lift measured from one set to another carries that difference (docs/warm-start.md)."""
 TARGETS = {"min_success_before": 0.30, "max_success_before": 0.70, "min_lift": 0.15, "max_wall_seconds": 30 * 60}
 
 
@@ -111,11 +111,30 @@ def train_and_evaluate(config: GRPOConfig, model_dir: Path, episodes: int) -> di
     }
 
 
+class Progress:
+    """What an interrupted run of this benchmark with the same settings already measured (each part is many minutes
+    of CPU), kept next to the results, so that running it again goes on from there instead of starting over."""
+
+    def __init__(self, path: Path, settings: dict) -> None:
+        self.path, self.settings = path, settings
+        saved = json.loads(path.read_text()) if path.exists() else {}
+        self.done: dict = saved["done"] if saved.get("settings") == settings else {}
+
+    def measure(self, name: str, measurement: Callable[[], dict]) -> dict:
+        if name in self.done:
+            print(f"{name}: measured by an earlier run, read from {self.path}", flush=True)
+        else:
+            self.done[name] = measurement()
+            work = self.path.with_suffix(".tmp")
+            work.write_text(json.dumps({"settings": self.settings, "done": self.done}))
+            os.replace(work, self.path)  # whole or not at all, even when killed mid-write
+        return self.done[name]
+
+
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=CONFIG.steps, help="GRPO steps")
-    parser.add_argument("--eval-episodes", type=int, default=EVAL_EPISODES, help="held-out episodes after training")
-    parser.add_argument("--before-episodes", type=int, default=BEFORE_EPISODES, help="held-out episodes before")
+    parser.add_argument("--eval-episodes", type=int, default=EVAL_EPISODES, help="held-out episodes, before and after")
     parser.add_argument("--seeds", type=int, nargs="+", default=SEEDS, help="training seeds, one run each")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "inbox_learning.json")
     args = parser.parse_args()
@@ -126,11 +145,22 @@ def main() -> dict:
     model_dir = warm_started_model_path("inbox_search")
     warm_seconds = time.perf_counter() - started
     info = load_info(model_dir)
-    with tempfile.TemporaryDirectory() as run_dir:  # before: the same model and questions for every seed
-        before = evaluate(new_trainer(config, model_dir, run_dir), args.before_episodes)
+    settings = {"config": dataclasses.asdict(config), "warm_start": info["cache_key"], "episodes": args.eval_episodes}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    progress = Progress(args.out.with_suffix(".partial.json"), settings)
+
+    def measure_before() -> dict:  # the same model and questions for every seed
+        with tempfile.TemporaryDirectory() as run_dir:
+            return evaluate(new_trainer(config, model_dir, run_dir), args.eval_episodes)
+
+    before = progress.measure("before", measure_before)
     print("before:", json.dumps(before), flush=True)
     runs = [
-        train_and_evaluate(dataclasses.replace(config, seed=seed), model_dir, args.eval_episodes) for seed in args.seeds
+        progress.measure(
+            f"seed {seed}",
+            lambda seed=seed: train_and_evaluate(dataclasses.replace(config, seed=seed), model_dir, args.eval_episodes),
+        )
+        for seed in args.seeds
     ]
 
     def mean(key: str) -> float:
@@ -173,7 +203,7 @@ def main() -> dict:
         "eval": {
             "split": "test",
             "first_seed": HELD_OUT_SEED_START,
-            "episodes_before": args.before_episodes,
+            "episodes_before": args.eval_episodes,
             "episodes_after": args.eval_episodes,
         },
         "config": {**dataclasses.asdict(config), "seed": args.seeds},
@@ -184,8 +214,8 @@ def main() -> dict:
         and min(lifts) >= TARGETS["min_lift"]
         and all(run["wall_seconds"] <= TARGETS["max_wall_seconds"] for run in runs),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
+    progress.path.unlink()
     print(json.dumps({k: v for k, v in report.items() if k != "runs"}, indent=2))
     return report
 
