@@ -1,6 +1,6 @@
 """Does GRPO teach the warm-started tiny model to answer questions about an inbox? The realistic task, learned.
 
-    python benchmarks/inbox_learning.py                      # 3 training seeds, about 80 minutes on 2 cores
+    python benchmarks/inbox_learning.py                      # 3 training seeds, 80-110 minutes on 2 cores
     python benchmarks/inbox_learning.py --seeds 0 --steps 10  # a shorter try (the file says what ran)
 
 1. **Warm start.** cpu-tiny (0% on `inbox_search`) imitates the `mediocre` demonstrator on practice inboxes
