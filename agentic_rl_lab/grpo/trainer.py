@@ -375,20 +375,23 @@ class GRPOTrainer:
                 yield self.model
 
     # ----- evaluation: ground truth, never the judge ------------------------------------------------------------------
-    def evaluate(self, episodes: int | None = None) -> dict[str, float]:
+    def evaluate(self, episodes: int | None = None, temperature: float | None = None) -> dict[str, float]:
         """Success, mean turns, score and valid-turn rate on held-out seeds, one trajectory each."""
-        return evaluation_metrics(self.evaluation_groups(episodes))
+        return evaluation_metrics(self.evaluation_groups(episodes, temperature))
 
-    def evaluation_groups(self, episodes: int | None = None) -> list[TrajectoryGroup]:
-        """The held-out episodes `evaluate` measures (the same seeds and sampling every time), for a closer look."""
+    def evaluation_groups(self, episodes: int | None = None, temperature: float | None = None) -> list[TrajectoryGroup]:
+        """The held-out episodes `evaluate` measures (the same seeds and sampling every time), for a closer look.
+        `temperature`: sample them at another temperature than the training's (a model trained at a higher one, to
+        explore, is often used at a lower one); None means the training's."""
         for_inference(self.model)
         seeds = held_out_seeds(episodes or self.config.eval_episodes)
-        policy, batch_size = self._policy(seed=12345), self.config.per_device_eval_batch_size
+        policy, batch_size = self._policy(seed=12345, temperature=temperature), self.config.per_device_eval_batch_size
         return collect_groups(self.eval_env, policy, seeds, 1, progress=False, batch_size=batch_size)
 
-    def _policy(self, seed: int) -> HFPolicy:
+    def _policy(self, seed: int, temperature: float | None = None) -> HFPolicy:
         config = self.config
-        return HFPolicy(self.model, self.tokenizer, config.temperature, config.top_p, config.max_new_tokens, seed=seed)
+        temperature = config.temperature if temperature is None else temperature
+        return HFPolicy(self.model, self.tokenizer, temperature, config.top_p, config.max_new_tokens, seed=seed)
 
     # ----- logs and checkpoints ---------------------------------------------------------------------------------------
     def metrics(self) -> pd.DataFrame:
