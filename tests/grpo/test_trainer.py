@@ -64,6 +64,23 @@ def test_recomputed_logprobs_match_the_sampling_logprobs_so_the_first_ratio_is_o
     assert float(difference.max()) < 1e-3
 
 
+@pytest.mark.parametrize("temperature", [None, 0.5])
+def test_the_held_out_evaluation_samples_at_the_temperature_it_is_given(model_and_tokenizer, tmp_path, temperature):
+    """A model trained at a higher temperature, to explore, is evaluated at a lower one (benchmarks/inbox_learning.py):
+    the log-probs each evaluation recorded are those of its own sampling distribution."""
+    model, tokenizer = model_and_tokenizer
+    trainer = GRPOTrainer(small_config(), model, tokenizer, GuessNumber(), Spread(), tmp_path, progress=False)
+    groups = trainer.evaluation_groups(3, temperature=temperature)
+    sequences = [trajectory_to_sequence(t, tokenizer) for g in groups for t in g.trajectories]
+    batch = collate(sequences, [[0.0]] * len(sequences), tokenizer.pad_token_id)
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    mask = batch.assistant_mask[:, 1:].bool()
+    for sampled_at, matches in ((temperature or 1.0, True), (0.25, False)):
+        recomputed = token_logprobs(logits, batch.input_ids, temperature=sampled_at)
+        assert (float((recomputed - batch.old_logprobs[:, 1:]).abs()[mask].max()) < 1e-3) is matches
+
+
 def test_a_trajectory_without_token_ids_is_not_trainable():
     trajectory = Trajectory(env="guess_number", seed=0, messages=[{"role": "user", "content": "hi"}])
     with pytest.raises(NotTrainable, match="judged and viewed"):
