@@ -203,9 +203,10 @@ def policy_samples(environments: Sequence[str], groups: int, seed: int = 0) -> d
     return {env: collect_groups(make(env), policy, seeds, 8, progress=False) for env in environments}
 
 
-def build(config: TinyJudgeConfig, out: Path, work: Path, progress: bool = True) -> dict[str, Any]:
-    """Data -> tokenizer -> model -> fine-tuning (`loss_on`) -> `out`, with the SFT checkpointed in `work`: a
-    rerun with the same config resumes there. Returns a report with timings, also written to `build_info.json`."""
+def build(config: TinyJudgeConfig, out: Path, work: Path, progress: bool = True, device: str = "cpu") -> dict[str, Any]:
+    """Data -> tokenizer -> model -> fine-tuning (`loss_on`) on `device` -> `out`, with the SFT checkpointed in
+    `work`: a rerun with the same config resumes there. Returns a report with timings, also written to
+    `build_info.json`. On a GPU (`device="cuda"`) the same steps take minutes instead of an hour."""
     import time
 
     import torch
@@ -228,12 +229,12 @@ def build(config: TinyJudgeConfig, out: Path, work: Path, progress: bool = True)
     kept = [e for e in examples if len(e.input_ids) <= model_config.max_context]
     seconds["tokenize"] = time.perf_counter() - clock - seconds["data"]
     torch.manual_seed(model_config.seed)
-    model = make_model(model_config, tokenizer)
+    model = make_model(model_config, tokenizer).to(device)
     state = work / f"sft-{_digest(config)}.pt"
     losses = train_sft(model, kept, model_config.sft(), tokenizer.pad_token_id, progress, checkpoint=state)
     seconds["sft"] = time.perf_counter() - clock - seconds["data"] - seconds["tokenize"]
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
+    model.cpu().save_pretrained(out)
     tokenizer.save_pretrained(out)
     report = {
         "config": json.loads(json.dumps(dataclasses.asdict(config), default=str)),
@@ -245,6 +246,7 @@ def build(config: TinyJudgeConfig, out: Path, work: Path, progress: bool = True)
         "parameters": sum(p.numel() for p in model.parameters()),
         "losses": [round(x, 4) for x in losses],
         "seconds": {k: round(v, 1) for k, v in seconds.items()},
+        "device": device,
     }
     (out / "build_info.json").write_text(json.dumps(report, indent=1) + "\n")
     return report
@@ -286,16 +288,16 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 # ----- 4. judging with it ---------------------------------------------------------------------------------------------
-def load_tiny_judge(path: str | Path | None = None) -> tuple[Any, Any]:
+def load_tiny_judge(path: str | Path | None = None, device: str = "cpu") -> tuple[Any, Any]:
     """The tiny judge's model and tokenizer (`EMBEDDED_JUDGE_DIR` unless `path`), with `AutoModelForCausalLM` and
-    `AutoTokenizer`, in float32."""
+    `AutoTokenizer`, in float32, on `device`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(path or EMBEDDED_JUDGE_DIR)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"no tiny judge at {path}: build it with `python -m agentic_rl_lab build-tiny-judge`")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
     return model, AutoTokenizer.from_pretrained(path)
 
 
@@ -310,7 +312,11 @@ def weights_name(path: str | Path) -> str:
 
 
 def make_tiny_judge(
-    kind: str = "relative", batch_size: int = 8, path: str | Path | None = None, **judge_options: Any
+    kind: str = "relative",
+    batch_size: int = 8,
+    path: str | Path | None = None,
+    device: str = "cpu",
+    **judge_options: Any,
 ) -> Any:
     """A `RelativeJudge` (or `AbsoluteJudge`) answered by the tiny judge at `path` (`EMBEDDED_JUDGE_DIR` unless
     given), `batch_size` groups per generate call, with the rubric it was trained on and its ids numbered as it was
@@ -318,7 +324,7 @@ def make_tiny_judge(
     from agentic_rl_lab.judge import AbsoluteJudge, HFJudgeBackend, RelativeJudge
 
     path = Path(path or EMBEDDED_JUDGE_DIR)
-    model, tokenizer = load_tiny_judge(path)
+    model, tokenizer = load_tiny_judge(path, device)
     max_new_tokens = 640 if kind == "relative" else 96  # 8 entries of ~70 tokens, or one
     backend = HFJudgeBackend(model, tokenizer, model_name=weights_name(path), max_new_tokens=max_new_tokens,
                              batch_size=batch_size)  # fmt: skip

@@ -1,0 +1,97 @@
+"""One tiny-judge recipe, built and measured: the pilots of docs/tiny-judge.md as one command.
+
+    python scripts/judge_pilot.py --out runs/judge-pilot                        # pilot 9's recipe (25-30 min, 2 cores)
+    python scripts/judge_pilot.py --layers 8 --steps 1500 --out runs/p-deep     # a deeper model (about an hour)
+    python scripts/judge_pilot.py --device cuda --layers 8 --out runs/p-deep    # the same on a lent GPU: minutes
+
+Pilots 6 to 12 each wrote a script like this one and lost it with the session; this one stays, so that a recipe is
+a set of flags and its figures can be rerun. It builds the judge with `tiny_judge.build` (guess_number groups of
+`--sizes`, each group seen about once, one absolute example each, ids in display order), then judges held-out groups
+of each size with `make_tiny_judge` as the lab serves it (no retries, 2 permutations from groups of 4 up), and writes
+`pilot.json` in `--out`: pairwise accuracy, Spearman, valid answers and position consistency per group size, beside
+the build's report. A rerun with the same flags resumes the SFT where it stopped (checkpointed in `--out/work`).
+The held-out groups are the same for every recipe (`EVAL_SEED`), so two pilots compare on the same trajectories.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import sys
+from pathlib import Path
+
+import torch
+
+from agentic_rl_lab import tiny_judge
+from agentic_rl_lab.tiny_judge import JudgeData, TinyJudgeConfig, default_model_config, make_tiny_judge, mixed_group
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from judge_quality import judge_all, summary  # noqa: E402  (a sibling script, not a package)
+
+EVAL_SEED = "judge-pilot-eval"
+"""Draws the held-out groups' strategies; their scenarios are seeds the training data never uses (800,000 up)."""
+
+
+def held_out(size: int, count: int) -> list:
+    rng = random.Random(f"{EVAL_SEED}-{size}")
+    return [mixed_group("guess_number", 800_000 + 1000 * size + index, size, rng) for index in range(count)]
+
+
+def main() -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for the judge, its checkpoints and pilot.json")
+    parser.add_argument("--groups", type=int, default=9000, help="training groups (each seen about once)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4, 8], help="group sizes, drawn at random")
+    parser.add_argument("--layers", type=int, default=4, help="transformer layers")
+    parser.add_argument("--hidden", type=int, default=256, help="hidden size (the MLP is 4 times it)")
+    parser.add_argument("--steps", type=int, default=1500, help="SFT steps")
+    parser.add_argument("--batch-tokens", type=int, default=8192, help="tokens per SFT step")
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--eval-groups", type=int, default=60, help="held-out groups per size (2: twice as many)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    if any(not 2 <= size <= 8 for size in args.sizes):
+        parser.error("--sizes must be between 2 and 8: the judge knows the ids t1..t8")
+    if args.device == "cpu":
+        torch.set_num_threads(2)
+
+    model = dataclasses.replace(
+        default_model_config(),
+        num_layers=args.layers,
+        hidden_size=args.hidden,
+        intermediate_size=4 * args.hidden,
+        sft_steps=args.steps,
+        batch_tokens=args.batch_tokens,
+        learning_rate=args.learning_rate,
+        max_context=4096,
+    )
+    data = JudgeData(groups=(("guess_number", args.groups, tuple(args.sizes)),), absolute_per_group=1)
+    config = TinyJudgeConfig(data=data, model=model)
+    judge_dir = args.out / "judge"
+    if (judge_dir / "build_info.json").exists():
+        build = json.loads((judge_dir / "build_info.json").read_text())
+        if build["config"] != json.loads(json.dumps(dataclasses.asdict(config), default=str)):
+            sys.exit(f"{judge_dir} holds a judge of other settings: pick another --out")
+    else:
+        build = tiny_judge.build(config, judge_dir, args.out / "work", progress=True, device=args.device)
+
+    results = {}
+    for size in (2, 4, 8):
+        groups = held_out(size, 2 * args.eval_groups if size == 2 else args.eval_groups)
+        judge = make_tiny_judge(
+            "relative", 8, path=judge_dir, device=args.device, permutations=1 if size == 2 else 2, cache=None,
+            max_retries=0, on_failure="skip", backoff_base=0.0,
+        )  # fmt: skip
+        judged, seconds = judge_all(judge, groups)
+        results[f"groups_of_{size}"] = summary(groups, judged, seconds)
+        print(size, json.dumps(results[f"groups_of_{size}"]), flush=True)
+    report = {"flags": {k: str(v) for k, v in vars(args).items()}, "held_out": results, "build": build}
+    (args.out / "pilot.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(f"written: {args.out / 'pilot.json'}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

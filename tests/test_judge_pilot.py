@@ -1,0 +1,40 @@
+"""`scripts/judge_pilot.py`: a tiny-judge recipe as a set of flags, built, measured, and not mixed up with another."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "judge_pilot.py"
+TINY = ["--groups", "12", "--sizes", "2", "4", "--layers", "1", "--hidden", "64", "--steps", "3"]
+TINY += ["--batch-tokens", "4096", "--eval-groups", "1", "--device", "cpu"]
+
+
+def pilot(*flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *flags], capture_output=True, text=True, timeout=600)
+
+
+def test_a_pilot_builds_a_judge_measures_it_per_group_size_and_keeps_its_recipe(tmp_path):
+    out = tmp_path / "pilot"
+    first = pilot(*TINY, "--out", str(out))
+    assert first.returncode == 0, first.stderr[-2000:]
+    report = json.loads((out / "pilot.json").read_text())
+    assert report["build"]["config"]["model"]["num_layers"] == 1
+    assert len(report["build"]["losses"]) == 3
+    assert (out / "judge" / "model.safetensors").exists()
+    held_out = report["held_out"]
+    assert [held_out[f"groups_of_{size}"]["groups"] for size in (2, 4, 8)] == [2, 1, 1]
+    for figures in held_out.values():  # a 3-step judge answers badly; what matters is that it was asked and counted
+        assert 0 <= figures["valid_first_attempt"] <= 1 and 0 <= figures["valid_after_retries"] <= 1
+
+    again = pilot(*TINY, "--out", str(out))  # the same recipe: judged again, not built again
+    assert again.returncode == 0, again.stderr[-2000:]
+
+    def answers(figures: dict) -> dict:
+        return {size: {k: v for k, v in f.items() if k != "seconds_per_group"} for size, f in figures.items()}
+
+    rerun = json.loads((out / "pilot.json").read_text())["held_out"]
+    assert answers(rerun) == answers(held_out), "the same judge, the same groups"
+
+    other = pilot(*[f if f != "3" else "4" for f in TINY], "--out", str(out))  # 4 steps: another recipe
+    assert other.returncode != 0 and "other settings" in other.stderr
