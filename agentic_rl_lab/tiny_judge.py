@@ -237,7 +237,7 @@ def build(config: TinyJudgeConfig, out: Path, work: Path, progress: bool = True,
     model.cpu().save_pretrained(out)
     tokenizer.save_pretrained(out)
     report = {
-        "config": json.loads(json.dumps(dataclasses.asdict(config), default=str)),
+        "config": recipe(config),
         "model_config": dataclasses.asdict(model_config),
         "conversations": len(conversations),
         "too_long": len(examples) - len(kept),
@@ -250,6 +250,11 @@ def build(config: TinyJudgeConfig, out: Path, work: Path, progress: bool = True,
     }
     (out / "build_info.json").write_text(json.dumps(report, indent=1) + "\n")
     return report
+
+
+def recipe(config: TinyJudgeConfig) -> dict[str, Any]:
+    """`config` as plain JSON, as `build_info.json` records it: what tells one build's recipe from another's."""
+    return json.loads(json.dumps(dataclasses.asdict(config), default=str))
 
 
 def _digest(config: TinyJudgeConfig) -> str:

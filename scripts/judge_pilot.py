@@ -26,6 +26,7 @@ import torch
 
 from agentic_rl_lab import tiny_judge
 from agentic_rl_lab.tiny_judge import JudgeData, TinyJudgeConfig, default_model_config, make_tiny_judge, mixed_group
+from agentic_rl_lab.trajectory import TrajectoryGroup
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from judge_quality import judge_all, summary  # noqa: E402  (a sibling script, not a package)
@@ -34,7 +35,7 @@ EVAL_SEED = "judge-pilot-eval"
 """Draws the held-out groups' strategies; their scenarios are seeds the training data never uses (800,000 up)."""
 
 
-def held_out(size: int, count: int) -> list:
+def held_out(size: int, count: int) -> list[TrajectoryGroup]:
     rng = random.Random(f"{EVAL_SEED}-{size}")
     return [mixed_group("guess_number", 800_000 + 1000 * size + index, size, rng) for index in range(count)]
 
@@ -49,7 +50,7 @@ def main() -> dict:
     parser.add_argument("--steps", type=int, default=1500, help="SFT steps")
     parser.add_argument("--batch-tokens", type=int, default=8192, help="tokens per SFT step")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--eval-groups", type=int, default=60, help="held-out groups per size (2: twice as many)")
+    parser.add_argument("--eval-groups", type=int, default=60, help="held-out groups per size (pairs: twice)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     if any(not 2 <= size <= 8 for size in args.sizes):
@@ -72,7 +73,7 @@ def main() -> dict:
     judge_dir = args.out / "judge"
     if (judge_dir / "build_info.json").exists():
         build = json.loads((judge_dir / "build_info.json").read_text())
-        if build["config"] != json.loads(json.dumps(dataclasses.asdict(config), default=str)):
+        if build["config"] != tiny_judge.recipe(config):
             sys.exit(f"{judge_dir} holds a judge of other settings: pick another --out")
     else:
         build = tiny_judge.build(config, judge_dir, args.out / "work", progress=True, device=args.device)

@@ -27,8 +27,10 @@ def test_a_pilot_builds_a_judge_measures_it_per_group_size_and_keeps_its_recipe(
     for figures in held_out.values():  # a 3-step judge answers badly; what matters is that it was asked and counted
         assert 0 <= figures["valid_first_attempt"] <= 1 and 0 <= figures["valid_after_retries"] <= 1
 
+    built = (out / "judge" / "model.safetensors").stat().st_mtime_ns
     again = pilot(*TINY, "--out", str(out))  # the same recipe: judged again, not built again
     assert again.returncode == 0, again.stderr[-2000:]
+    assert (out / "judge" / "model.safetensors").stat().st_mtime_ns == built, "the judge was built a second time"
 
     def answers(figures: dict) -> dict:
         return {size: {k: v for k, v in f.items() if k != "seconds_per_group"} for size, f in figures.items()}
