@@ -173,6 +173,10 @@ class TinyJudgeConfig:
     """Which tokens train the model: "answer" (the judge's JSON answer) or "all" (language modelling on the whole
     conversation). "all" was tried so that predicting the transcripts would teach the attention that looks things
     up in the prompt; in 500 steps it did not, and answers to groups of 8 became invalid (`docs/tiny-judge.md`)."""
+    init_from: str | None = None
+    """A tiny judge's folder to start from, its tokenizer and weights (`model`'s architecture is then that judge's;
+    its fine-tuning settings still apply): a curriculum, pairs first and larger groups after. None: a new tokenizer
+    and random weights."""
 
 
 ID_TOKENS = tuple(f"t{number}" for number in range(1, 9))
@@ -221,7 +225,15 @@ def build(config: TinyJudgeConfig, out: Path, work: Path, progress: bool = True,
     clock = time.perf_counter()
     conversations = judge_conversations(config.data, policy_samples(config.data.environments, config.policy_groups))
     seconds["data"] = time.perf_counter() - clock
-    tokenizer = train_tokenizer([render(c) for c in conversations], model_config, whole_words=ID_TOKENS)
+    if config.init_from:
+        model, tokenizer = load_tiny_judge(config.init_from)
+        shape = (model.config.num_hidden_layers, model.config.hidden_size)
+        if shape != (model_config.num_layers, model_config.hidden_size):
+            raise ValueError(f"{config.init_from} has {shape[0]} layers {shape[1]} wide; the config asks for "
+                             f"{model_config.num_layers} layers {model_config.hidden_size} wide")  # fmt: skip
+        model.config.max_position_embeddings = model_config.max_context
+    else:
+        tokenizer = train_tokenizer([render(c) for c in conversations], model_config, whole_words=ID_TOKENS)
     examples = []
     for conversation in conversations:
         ids, answer_mask = tokenize_episode(tokenizer, conversation, None)
@@ -229,7 +241,7 @@ def build(config: TinyJudgeConfig, out: Path, work: Path, progress: bool = True,
     kept = [e for e in examples if len(e.input_ids) <= model_config.max_context]
     seconds["tokenize"] = time.perf_counter() - clock - seconds["data"]
     torch.manual_seed(model_config.seed)
-    model = make_model(model_config, tokenizer).to(device)
+    model = (model if config.init_from else make_model(model_config, tokenizer)).to(device)
     state = work / f"sft-{_digest(config)}.pt"
     losses = train_sft(model, kept, model_config.sft(), tokenizer.pad_token_id, progress, checkpoint=state)
     seconds["sft"] = time.perf_counter() - clock - seconds["data"] - seconds["tokenize"]
@@ -239,6 +251,7 @@ def build(config: TinyJudgeConfig, out: Path, work: Path, progress: bool = True,
     report = {
         "config": recipe(config),
         "model_config": dataclasses.asdict(model_config),
+        "init_weights": weights_name(config.init_from) if config.init_from else None,
         "conversations": len(conversations),
         "too_long": len(examples) - len(kept),
         "tokens": sum(len(e.input_ids) for e in kept),

@@ -3,6 +3,8 @@
     python scripts/judge_pilot.py --out runs/judge-pilot                        # pilot 9's recipe (25-30 min, 2 cores)
     python scripts/judge_pilot.py --layers 8 --steps 1500 --out runs/p-deep     # a deeper model (about an hour)
     python scripts/judge_pilot.py --device cuda --layers 8 --out runs/p-deep    # the same on a lent GPU: minutes
+    python scripts/judge_pilot.py --sizes 2 --out runs/p-pairs                  # a curriculum: pairs first,
+    python scripts/judge_pilot.py --init-from runs/p-pairs/judge --out runs/p-then-8   # then groups of 2, 4 and 8
 
 Pilots 6 to 12 each wrote a script like this one and lost it with the session; this one stays, so that a recipe is
 a set of flags and its figures can be rerun. It builds the judge with `tiny_judge.build` (guess_number groups of
@@ -45,8 +47,9 @@ def main() -> dict:
     parser.add_argument("--out", type=Path, required=True, help="folder for the judge, its checkpoints and pilot.json")
     parser.add_argument("--groups", type=int, default=9000, help="training groups (each seen about once)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4, 8], help="group sizes, drawn at random")
-    parser.add_argument("--layers", type=int, default=4, help="transformer layers")
-    parser.add_argument("--hidden", type=int, default=256, help="hidden size (the MLP is 4 times it)")
+    parser.add_argument("--layers", type=int, default=None, help="transformer layers (4, or --init-from's)")
+    parser.add_argument("--hidden", type=int, default=None, help="hidden size (256, or --init-from's)")
+    parser.add_argument("--init-from", type=Path, default=None, help="a judge folder to fine-tune, not a new model")
     parser.add_argument("--steps", type=int, default=1500, help="SFT steps")
     parser.add_argument("--batch-tokens", type=int, default=8192, help="tokens per SFT step")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
@@ -57,6 +60,16 @@ def main() -> dict:
         parser.error("--sizes must be between 2 and 8: the judge knows the ids t1..t8")
     if args.device == "cpu":
         torch.set_num_threads(2)
+    if args.init_from:
+        if not (args.init_from / "config.json").exists():
+            parser.error(f"--init-from {args.init_from}: no judge there (a pilot's judge is in its --out/judge)")
+        source = json.loads((args.init_from / "config.json").read_text())
+        shape = {"layers": source["num_hidden_layers"], "hidden": source["hidden_size"]}
+        for flag, value in shape.items():
+            if getattr(args, flag) not in (None, value):
+                parser.error(f"--{flag} {getattr(args, flag)}: --init-from's judge has {value}")
+            setattr(args, flag, value)
+    args.layers, args.hidden = args.layers or 4, args.hidden or 256
 
     model = dataclasses.replace(
         default_model_config(),
@@ -69,7 +82,7 @@ def main() -> dict:
         max_context=4096,
     )
     data = JudgeData(groups=(("guess_number", args.groups, tuple(args.sizes)),), absolute_per_group=1)
-    config = TinyJudgeConfig(data=data, model=model)
+    config = TinyJudgeConfig(data=data, model=model, init_from=str(args.init_from) if args.init_from else None)
     judge_dir = args.out / "judge"
     if (judge_dir / "build_info.json").exists():
         build = json.loads((judge_dir / "build_info.json").read_text())

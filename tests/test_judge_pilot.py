@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from agentic_rl_lab.tiny_judge import weights_name
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "judge_pilot.py"
 TINY = ["--groups", "12", "--sizes", "2", "4", "--layers", "1", "--hidden", "64", "--steps", "3"]
 TINY += ["--batch-tokens", "4096", "--eval-groups", "1", "--device", "cpu"]
@@ -40,3 +42,15 @@ def test_a_pilot_builds_a_judge_measures_it_per_group_size_and_keeps_its_recipe(
 
     other = pilot(*[f if f != "3" else "4" for f in TINY], "--out", str(out))  # 4 steps: another recipe
     assert other.returncode != 0 and "other settings" in other.stderr
+
+    # A curriculum: the next recipe starts from this judge (its tokenizer, weights and shape), not from nothing.
+    then = tmp_path / "then"
+    flags = ["--groups", "12", "--sizes", "4", "--steps", "2", "--batch-tokens", "4096", "--eval-groups", "1"]
+    curriculum = pilot(*flags, "--device", "cpu", "--init-from", str(out / "judge"), "--out", str(then))
+    assert curriculum.returncode == 0, curriculum.stderr[-2000:]
+    build = json.loads((then / "pilot.json").read_text())["build"]
+    assert build["init_weights"] == weights_name(out / "judge") and build["config"]["model"]["num_layers"] == 1
+    assert len(build["losses"]) == 2
+    assert (then / "judge" / "tokenizer.json").read_bytes() == (out / "judge" / "tokenizer.json").read_bytes()
+    mismatch = pilot("--layers", "2", "--init-from", str(out / "judge"), "--out", str(tmp_path / "mismatch"))
+    assert mismatch.returncode != 0 and "--layers 2: --init-from's judge has 1" in mismatch.stderr
