@@ -2,6 +2,7 @@
 
     python benchmarks/inbox_learning.py                      # 3 training seeds, 80-110 minutes on 2 cores
     python benchmarks/inbox_learning.py --seeds 0 --steps 10  # a shorter try (the file says what ran)
+    python benchmarks/inbox_learning.py --strategy second_look --out runs/second_look.json  # another demonstrator
 
 1. **Warm start.** cpu-tiny (0% on `inbox_search`) imitates the `mediocre` demonstrator on practice inboxes
    (`agentic_rl_lab.warm_start`, `INBOX_WARM_START`): search for the question's entity and look at the best match
@@ -49,7 +50,13 @@ from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer, evaluation_metr
 from agentic_rl_lab.judge import ReferenceJudge
 from agentic_rl_lab.models import PROFILES, load_model
 from agentic_rl_lab.seeds import HELD_OUT_SEED_START
-from agentic_rl_lab.warm_start import load_info, warm_started_model_path
+from agentic_rl_lab.warm_start import (
+    INBOX_WARM_START,
+    inbox_warm_start_envs,
+    load_info,
+    warm_start,
+    warm_started_model_path,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from grpo_learning import CONFIG as GUESS_NUMBER_CONFIG  # noqa: E402
@@ -143,12 +150,22 @@ def main() -> dict:
     parser.add_argument("--eval-episodes", type=int, default=EVAL_EPISODES, help="held-out episodes, before and after")
     parser.add_argument("--seeds", type=int, nargs="+", default=SEEDS, help="training seeds, one run each")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "inbox_learning.json")
+    parser.add_argument(
+        "--strategy",
+        default=INBOX_WARM_START.strategy,
+        choices=sorted(set(InboxSearch.strategies) - {"random"}),
+        help="the demonstrator the warm start imitates (another than the committed recipe's is built: 30 minutes)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(2)
     config = dataclasses.replace(CONFIG, steps=args.steps)
 
     started = time.perf_counter()
-    model_dir = warm_started_model_path("inbox_search")
+    if args.strategy == INBOX_WARM_START.strategy:
+        model_dir = warm_started_model_path("inbox_search")
+    else:
+        recipe = dataclasses.replace(INBOX_WARM_START, strategy=args.strategy)
+        model_dir = warm_start(inbox_warm_start_envs(), recipe)
     warm_seconds = time.perf_counter() - started
     info = load_info(model_dir)
     settings = {

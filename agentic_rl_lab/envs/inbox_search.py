@@ -348,6 +348,19 @@ def mediocre(history: list[Message], rng: random.Random) -> Message:
     missing skills: reading before answering, every time, is the headroom RL can take (it succeeds on about 85% of
     the questions it does not give up on).
     """
+    return _mediocre(history, rng, look_again=False)
+
+
+def second_look(history: list[Message], rng: random.Random) -> Message:
+    """`mediocre`, with one more try when the email it read does not state the fact (it read the wrong match): it
+    searches again with the line's label added to the keywords (`[" Atlas", " design", " review", " Start time"]`,
+    the label copied from its own `Looking for "Start time".`), reads that search's best match and answers from both
+    emails. Where `mediocre` gives up after reading (about one question in five), this one is right on about three
+    in four; it still gives up one time in five without reading, the choice GRPO should unlearn."""
+    return _mediocre(history, rng, look_again=True)
+
+
+def _mediocre(history: list[Message], rng: random.Random, look_again: bool) -> Message:
     call_id = f"call_{len(history)}"
     parsed = parse_question(_question(history))
     if parsed is None:
@@ -367,7 +380,15 @@ def mediocre(history: list[Message], rng: random.Random) -> Message:
         message = tool_call_message("read_email", {"id": listed[0]}, call_id)
         message["content"] = f'Looking for "{label}".'
         return message
-    return answer_from(read, label, set(search_words(entity)), call_id, line=True)
+    answer = answer_from(read, label, set(search_words(entity)), call_id, line=True)
+    if not look_again or not gave_up([answer]):
+        return answer
+    if len(searches) == 1:  # the email it read does not state the fact: search again, the line's label added
+        keywords = [f" {word}" for word in entity.split()[:5]] + [f" {label}"]
+        return tool_call_message("search_inbox", {"keywords": keywords, "max_results": 1}, call_id)
+    if listed and listed[0] not in read:
+        return tool_call_message("read_email", {"id": listed[0]}, call_id)
+    return answer
 
 
 def random_valid(history: list[Message], rng: random.Random) -> Message:
@@ -390,4 +411,4 @@ def random_valid(history: list[Message], rng: random.Random) -> Message:
     return tool_call_message("search_inbox", {"keywords": keywords, "max_results": rng.randint(1, 10)}, call_id)
 
 
-InboxSearch.strategies = {"random": random_valid, "mediocre": mediocre, "expert": expert}
+InboxSearch.strategies = {"random": random_valid, "mediocre": mediocre, "second_look": second_look, "expert": expert}
