@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from agentic_rl_lab import tiny_judge
+from agentic_rl_lab.judge import prompt
 from agentic_rl_lab.tiny_judge import JudgeData, TinyJudgeConfig, default_model_config, make_tiny_judge, mixed_group
 from agentic_rl_lab.trajectory import TrajectoryGroup
 
@@ -42,6 +43,13 @@ def held_out(size: int, count: int) -> list[TrajectoryGroup]:
     return [mixed_group("guess_number", 800_000 + 1000 * size + index, size, rng) for index in range(count)]
 
 
+def block_with_turns(id_: str, messages: list, first_turn: int = 1) -> str:
+    """A trajectory block whose header also gives the number of its last turn (`<trajectory id="t3" turns="8">`):
+    the count the verdict needs, next to the id the answer names, instead of at the block's end (`--block-header`)."""
+    last = first_turn - 1 + sum(message.get("role") == "assistant" for message in messages)
+    return f'<trajectory id="{id_}" turns="{last}">\n{prompt.render_messages(messages, first_turn)}\n</trajectory>'
+
+
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the judge, its checkpoints and pilot.json")
@@ -54,6 +62,12 @@ def main() -> dict:
     parser.add_argument("--batch-tokens", type=int, default=8192, help="tokens per SFT step")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--eval-groups", type=int, default=60, help="held-out groups per size (pairs: twice)")
+    parser.add_argument(
+        "--block-header",
+        choices=["plain", "turns"],
+        default="plain",
+        help='"turns": each block\'s header also gives its number of turns, in training and judging alike',
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     if any(not 2 <= size <= 8 for size in args.sizes):
@@ -70,6 +84,17 @@ def main() -> dict:
                 parser.error(f"--{flag} {getattr(args, flag)}: --init-from's judge has {value}")
             setattr(args, flag, value)
     args.layers, args.hidden = args.layers or 4, args.hidden or 256
+    # The prompt is not part of the judge's config: the pilot keeps it beside the judge and refuses to mix two.
+    shown = {"block_header": args.block_header}
+    marker = args.out / "prompt.json"
+    if marker.exists() and json.loads(marker.read_text()) != shown:
+        sys.exit(
+            f"{args.out} holds a judge trained on other prompts ({marker.read_text().strip()}): pick another --out"
+        )
+    args.out.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(shown) + "\n")
+    if args.block_header == "turns":
+        prompt._trajectory_block = block_with_turns  # both the training prompts and the judge's read it from there
 
     model = dataclasses.replace(
         default_model_config(),

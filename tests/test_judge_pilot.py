@@ -54,3 +54,29 @@ def test_a_pilot_builds_a_judge_measures_it_per_group_size_and_keeps_its_recipe(
     assert (then / "judge" / "tokenizer.json").read_bytes() == (out / "judge" / "tokenizer.json").read_bytes()
     mismatch = pilot("--layers", "2", "--init-from", str(out / "judge"), "--out", str(tmp_path / "mismatch"))
     assert mismatch.returncode != 0 and "--layers 2: --init-from's judge has 1" in mismatch.stderr
+
+    other_prompts = pilot(*TINY, "--block-header", "turns", "--out", str(out))  # the same judge, other prompts
+    assert other_prompts.returncode != 0 and "other prompts" in other_prompts.stderr
+
+
+def test_the_turns_header_gives_each_block_the_number_of_its_last_turn():
+    import random
+    import re
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    from judge_pilot import block_with_turns
+
+    from agentic_rl_lab.judge import prompt
+    from agentic_rl_lab.tiny_judge import mixed_group
+
+    group = mixed_group("guess_number", 12, 8, random.Random(0))
+    shown = [(f"t{i + 1}", t.messages) for i, t in enumerate(group.trajectories)]
+    plain = prompt.relative_prompt(shown, group.trajectories[0].tools)[1]["content"]
+    original, prompt._trajectory_block = prompt._trajectory_block, block_with_turns
+    try:
+        with_turns = prompt.relative_prompt(shown, group.trajectories[0].tools)[1]["content"]
+    finally:
+        prompt._trajectory_block = original
+    headers = re.findall(r'<trajectory id="(t\d)" turns="(\d+)">', with_turns)
+    assert headers == [(f"t{i + 1}", str(t.num_turns)) for i, t in enumerate(group.trajectories)]
+    assert re.sub(r' turns="\d+"', "", with_turns) == plain  # nothing else differs
