@@ -356,7 +356,9 @@ def second_look(history: list[Message], rng: random.Random) -> Message:
     searches again with the line's label added to the keywords (`[" Atlas", " design", " review", " Start time"]`,
     the label copied from its own `Looking for "Start time".`), reads that search's best match and answers from both
     emails. Where `mediocre` gives up after reading (about one question in five), this one is right on about three
-    in four; it still gives up one time in five without reading, the choice GRPO should unlearn."""
+    in four; it still gives up one time in five without reading, the choice GRPO should unlearn. cpu-tiny did not
+    learn to imitate it: the second search's keywords are a copy from two places far back, which it wrote broken
+    (13% held out, against `mediocre`'s 34%; docs/warm-start.md)."""
     return _mediocre(history, rng, look_again=True)
 
 
