@@ -5,6 +5,7 @@
     python scripts/judge_pilot.py --device cuda --layers 8 --out runs/p-deep    # the same on a lent GPU: minutes
     python scripts/judge_pilot.py --sizes 2 --out runs/p-pairs                  # a curriculum: pairs first,
     python scripts/judge_pilot.py --init-from runs/p-pairs/judge --out runs/p-then-8   # then groups of 2, 4 and 8
+    python scripts/judge_pilot.py --budget-share 0.5 --out runs/p-budgets       # a drill for the lookup, mixed in
 
 Pilots 6 to 12 each wrote a script like this one and lost it with the session; this one stays, so that a recipe is
 a set of flags and its figures can be rerun. It builds the judge with `tiny_judge.build` (guess_number groups of
@@ -27,7 +28,10 @@ from pathlib import Path
 import torch
 
 from agentic_rl_lab import tiny_judge
+from agentic_rl_lab.envs import GuessNumber
 from agentic_rl_lab.judge import prompt
+from agentic_rl_lab.policies import ScriptedPolicy
+from agentic_rl_lab.rollout import collect_group
 from agentic_rl_lab.tiny_judge import JudgeData, TinyJudgeConfig, default_model_config, make_tiny_judge, mixed_group
 from agentic_rl_lab.trajectory import TrajectoryGroup
 
@@ -50,6 +54,40 @@ def block_with_turns(id_: str, messages: list, first_turn: int = 1) -> str:
     return f'<trajectory id="{id_}" turns="{last}">\n{prompt.render_messages(messages, first_turn)}\n</trajectory>'
 
 
+class Budgeted(GuessNumber):
+    """guess_number under a turn budget of its own, scored as the 12-turn game is: a 5-turn success scores what it
+    scores in the real game, and a failure can end at any turn, not only the 12th."""
+
+    def outcome(self):
+        outcome = super().outcome()
+        full = GuessNumber().max_turns
+        return outcome.model_copy(update={"score": (full - self.turn + 1) / full if self.found else 0.0})
+
+
+def budget_group(env_name: str, seed: int, size: int, rng: random.Random, policy_group=None) -> TrajectoryGroup:
+    """A drill for the lookup (`--budget-share`): a guess_number group whose trajectories each play under a turn
+    budget drawn from 1..12. In the real groups every failure takes 12 turns and most successes 5 to 8, so a judge
+    that writes "reached the goal in 7 turns" for every block is mostly right; here the counts and verdicts spread
+    out, and each one in the answer can only come from reading its own block."""
+    trajectories = []
+    for _ in range(size):
+        env = Budgeted(max_turns=rng.randint(1, GuessNumber().max_turns))
+        policy = ScriptedPolicy(env, rng.choice(list(GuessNumber.strategies)), seed=rng.randrange(2**31))
+        trajectories += collect_group(env, policy, seed=seed, num_generations=1, progress=False).trajectories
+    return TrajectoryGroup(env=env_name, seed=seed, trajectories=trajectories)
+
+
+def with_budgets(share: float):
+    """`mixed_group` for the build: a `share` of guess_number groups drawn by `budget_group` instead."""
+
+    def group(env_name: str, seed: int, size: int, rng: random.Random, policy_group=None) -> TrajectoryGroup:
+        if env_name == "guess_number" and rng.random() < share:
+            return budget_group(env_name, seed, size, rng)
+        return mixed_group(env_name, seed, size, rng, policy_group)
+
+    return group
+
+
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the judge, its checkpoints and pilot.json")
@@ -68,10 +106,18 @@ def main() -> dict:
         default="plain",
         help='"turns": each block\'s header also gives its number of turns, in training and judging alike',
     )
+    parser.add_argument(
+        "--budget-share",
+        type=float,
+        default=0.0,
+        help="share of the training groups whose trajectories each play under a turn budget of 1..12 (a drill)",
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     if any(not 2 <= size <= 8 for size in args.sizes):
         parser.error("--sizes must be between 2 and 8: the judge knows the ids t1..t8")
+    if not 0 <= args.budget_share <= 1:
+        parser.error("--budget-share is a share of the groups, from 0 to 1")
     if args.device == "cpu":
         torch.set_num_threads(2)
     if args.init_from:
@@ -84,10 +130,11 @@ def main() -> dict:
                 parser.error(f"--{flag} {getattr(args, flag)}: --init-from's judge has {value}")
             setattr(args, flag, value)
     args.layers, args.hidden = args.layers or 4, args.hidden or 256
-    # The prompt is not part of the judge's config: the pilot keeps it beside the judge and refuses to mix two.
-    shown = {"block_header": args.block_header}
+    # The prompt and the drill are not part of the judge's config: the pilot keeps them beside the judge and refuses
+    # to mix two.
+    shown = {"block_header": args.block_header, "budget_share": args.budget_share}
     marker = args.out / "prompt.json"
-    if marker.exists() and json.loads(marker.read_text()) != shown:
+    if marker.exists() and {"budget_share": 0.0, **json.loads(marker.read_text())} != shown:
         sys.exit(
             f"{args.out} holds a judge trained on other prompts ({marker.read_text().strip()}): pick another --out"
         )
@@ -95,6 +142,8 @@ def main() -> dict:
     marker.write_text(json.dumps(shown) + "\n")
     if args.block_header == "turns":
         prompt._trajectory_block = block_with_turns  # both the training prompts and the judge's read it from there
+    if args.budget_share:
+        tiny_judge.mixed_group = with_budgets(args.budget_share)  # the training data only: held_out() keeps its own
 
     model = dataclasses.replace(
         default_model_config(),
