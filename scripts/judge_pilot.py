@@ -81,7 +81,7 @@ def with_budgets(share: float):
     """`mixed_group` for the build: a `share` of guess_number groups drawn by `budget_group` instead."""
 
     def group(env_name: str, seed: int, size: int, rng: random.Random, policy_group=None) -> TrajectoryGroup:
-        if env_name == "guess_number" and rng.random() < share:
+        if env_name == "guess_number" and share and rng.random() < share:
             return budget_group(env_name, seed, size, rng)
         return mixed_group(env_name, seed, size, rng, policy_group)
 

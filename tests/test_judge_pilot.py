@@ -80,3 +80,39 @@ def test_the_turns_header_gives_each_block_the_number_of_its_last_turn():
     headers = re.findall(r'<trajectory id="(t\d)" turns="(\d+)">', with_turns)
     assert headers == [(f"t{i + 1}", str(t.num_turns)) for i, t in enumerate(group.trajectories)]
     assert re.sub(r' turns="\d+"', "", with_turns) == plain  # nothing else differs
+
+
+def test_the_budget_drill_spreads_the_counts_and_scores_them_as_the_real_game():
+    import random
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    from judge_pilot import budget_group, with_budgets
+
+    from agentic_rl_lab.tiny_judge import mixed_group, rubric_verdict
+
+    rng = random.Random(0)
+    drills = [t for seed in range(30) for t in budget_group("guess_number", seed, 8, rng).trajectories]
+    real = [t for seed in range(30) for t in mixed_group("guess_number", seed, 8, rng).trajectories]
+    failed_at = {t.num_turns for t in drills if not t.outcome.success}
+    assert {t.num_turns for t in real if not t.outcome.success} == {12}  # why the drill exists
+    assert len(failed_at) >= 8 and min(failed_at) <= 3  # a failure can end at any turn
+    assert 0.2 < sum(t.outcome.success for t in drills) / len(drills) < 0.6
+    # A success in k turns scores the same in the drill and in the real game: only the counts' spread differs.
+    by_turns = {t.num_turns: rubric_verdict(t)[0] for t in real if t.outcome.success and not t.errors}
+    drilled = {t.num_turns: rubric_verdict(t)[0] for t in drills if t.outcome.success and not t.errors}
+    shared = set(by_turns) & set(drilled)
+    assert len(shared) >= 5 and all(by_turns[k] == drilled[k] for k in shared)
+
+    never = with_budgets(0.0)("guess_number", 3, 4, random.Random(1))
+    assert [t.messages for t in never.trajectories] == [
+        t.messages for t in mixed_group("guess_number", 3, 4, random.Random(1)).trajectories
+    ]
+
+
+def test_a_pilot_refuses_to_mix_drill_shares(tmp_path):
+    out = tmp_path / "pilot"
+    out.mkdir()
+    (out / "prompt.json").write_text(json.dumps({"block_header": "plain"}))  # a pilot of before the drill: share 0
+    mixed = pilot("--budget-share", "0.5", "--out", str(out))
+    assert mixed.returncode != 0 and "other prompts" in mixed.stderr
+    assert pilot("--budget-share", "1.5", "--out", str(out)).returncode != 0
