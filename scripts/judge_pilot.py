@@ -6,6 +6,7 @@
     python scripts/judge_pilot.py --sizes 2 --out runs/p-pairs                  # a curriculum: pairs first,
     python scripts/judge_pilot.py --init-from runs/p-pairs/judge --out runs/p-then-8   # then groups of 2, 4 and 8
     python scripts/judge_pilot.py --budget-share 0.5 --out runs/p-budgets       # a drill for the lookup, mixed in
+    python scripts/judge_pilot.py --loss-on all --out runs/p-all                # a language-modelling loss, every token
 
 Pilots 6 to 12 each wrote a script like this one and lost it with the session; this one stays, so that a recipe is
 a set of flags and its figures can be rerun. It builds the judge with `tiny_judge.build` (guess_number groups of
@@ -99,6 +100,12 @@ def main() -> dict:
     parser.add_argument("--steps", type=int, default=1500, help="SFT steps")
     parser.add_argument("--batch-tokens", type=int, default=8192, help="tokens per SFT step")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument(
+        "--loss-on",
+        choices=["answer", "all"],
+        default="answer",
+        help="which tokens train the judge: its answers, or every token of the conversation (language modelling)",
+    )
     parser.add_argument("--eval-groups", type=int, default=60, help="held-out groups per size (pairs: twice)")
     parser.add_argument(
         "--block-header",
@@ -156,7 +163,8 @@ def main() -> dict:
         max_context=4096,
     )
     data = JudgeData(groups=(("guess_number", args.groups, tuple(args.sizes)),), absolute_per_group=1)
-    config = TinyJudgeConfig(data=data, model=model, init_from=str(args.init_from) if args.init_from else None)
+    init_from = str(args.init_from) if args.init_from else None
+    config = TinyJudgeConfig(data=data, model=model, loss_on=args.loss_on, init_from=init_from)
     judge_dir = args.out / "judge"
     if (judge_dir / "build_info.json").exists():
         build = json.loads((judge_dir / "build_info.json").read_text())

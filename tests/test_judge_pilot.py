@@ -42,6 +42,8 @@ def test_a_pilot_builds_a_judge_measures_it_per_group_size_and_keeps_its_recipe(
 
     other = pilot(*[f if f != "3" else "4" for f in TINY], "--out", str(out))  # 4 steps: another recipe
     assert other.returncode != 0 and "other settings" in other.stderr
+    language_modelling = pilot(*TINY, "--loss-on", "all", "--out", str(out))  # the loss is part of the recipe too
+    assert language_modelling.returncode != 0 and "other settings" in language_modelling.stderr
 
     # A curriculum: the next recipe starts from this judge (its tokenizer, weights and shape), not from nothing.
     then = tmp_path / "then"
