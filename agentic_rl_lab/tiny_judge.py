@@ -220,6 +220,7 @@ def build(config: TinyJudgeConfig, out: Path, work: Path, progress: bool = True,
     from agentic_rl_lab.tiny import make_model, train_tokenizer
 
     model_config = config.model or default_model_config()
+    init_weights = weights_name(config.init_from) if config.init_from else None
     work.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
@@ -242,7 +243,9 @@ def build(config: TinyJudgeConfig, out: Path, work: Path, progress: bool = True,
     seconds["tokenize"] = time.perf_counter() - clock - seconds["data"]
     torch.manual_seed(model_config.seed)
     model = (model if config.init_from else make_model(model_config, tokenizer)).to(device)
-    state = work / f"sft-{_digest(config)}.pt"
+    # The checkpoint's name says what it resumes: this recipe, and the weights it started from (a judge rebuilt at
+    # the same `init_from` path is another start).
+    state = work / f"sft-{_digest(config)}{f'-{init_weights}' if init_weights else ''}.pt"
     losses = train_sft(model, kept, model_config.sft(), tokenizer.pad_token_id, progress, checkpoint=state)
     seconds["sft"] = time.perf_counter() - clock - seconds["data"] - seconds["tokenize"]
     out.mkdir(parents=True, exist_ok=True)
@@ -251,7 +254,7 @@ def build(config: TinyJudgeConfig, out: Path, work: Path, progress: bool = True,
     report = {
         "config": recipe(config),
         "model_config": dataclasses.asdict(model_config),
-        "init_weights": weights_name(config.init_from) if config.init_from else None,
+        "init_weights": init_weights,
         "conversations": len(conversations),
         "too_long": len(examples) - len(kept),
         "tokens": sum(len(e.input_ids) for e in kept),

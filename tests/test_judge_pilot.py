@@ -54,6 +54,9 @@ def test_a_pilot_builds_a_judge_measures_it_per_group_size_and_keeps_its_recipe(
     assert build["init_weights"] == weights_name(out / "judge") and build["config"]["model"]["num_layers"] == 1
     assert len(build["losses"]) == 2
     assert (then / "judge" / "tokenizer.json").read_bytes() == (out / "judge" / "tokenizer.json").read_bytes()
+    # Its checkpoint names the weights it started from: a judge rebuilt at the same path is another start.
+    (checkpoint,) = (then / "work").glob("sft-*.pt")
+    assert checkpoint.name.endswith(f"-{weights_name(out / 'judge')}.pt")
     mismatch = pilot("--layers", "2", "--init-from", str(out / "judge"), "--out", str(tmp_path / "mismatch"))
     assert mismatch.returncode != 0 and "--layers 2: --init-from's judge has 1" in mismatch.stderr
 
