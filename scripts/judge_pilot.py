@@ -65,7 +65,7 @@ class Budgeted(GuessNumber):
         return outcome.model_copy(update={"score": (full - self.turn + 1) / full if self.found else 0.0})
 
 
-def budget_group(env_name: str, seed: int, size: int, rng: random.Random, policy_group=None) -> TrajectoryGroup:
+def budget_group(env_name: str, seed: int, size: int, rng: random.Random) -> TrajectoryGroup:
     """A drill for the lookup (`--budget-share`): a guess_number group whose trajectories each play under a turn
     budget drawn from 1..12. In the real groups every failure takes 12 turns and most successes 5 to 8, so a judge
     that writes "reached the goal in 7 turns" for every block is mostly right; here the counts and verdicts spread
