@@ -55,14 +55,17 @@ def block_with_turns(id_: str, messages: list, first_turn: int = 1) -> str:
     return f'<trajectory id="{id_}" turns="{last}">\n{prompt.render_messages(messages, first_turn)}\n</trajectory>'
 
 
+FULL_GAME = GuessNumber().max_turns
+"""The real game's turns (12): what a drill's budgets are drawn up to, and what its scores are counted against."""
+
+
 class Budgeted(GuessNumber):
     """guess_number under a turn budget of its own, scored as the 12-turn game is: a 5-turn success scores what it
     scores in the real game, and a failure can end at any turn, not only the 12th."""
 
     def outcome(self):
-        outcome = super().outcome()
-        full = GuessNumber().max_turns
-        return outcome.model_copy(update={"score": (full - self.turn + 1) / full if self.found else 0.0})
+        score = (FULL_GAME - self.turn + 1) / FULL_GAME if self.found else 0.0
+        return super().outcome().model_copy(update={"score": score})
 
 
 def budget_group(env_name: str, seed: int, size: int, rng: random.Random) -> TrajectoryGroup:
@@ -72,7 +75,7 @@ def budget_group(env_name: str, seed: int, size: int, rng: random.Random) -> Tra
     out, and each one in the answer can only come from reading its own block."""
     trajectories = []
     for _ in range(size):
-        env = Budgeted(max_turns=rng.randint(1, GuessNumber().max_turns))
+        env = Budgeted(max_turns=rng.randint(1, FULL_GAME))
         policy = ScriptedPolicy(env, rng.choice(list(GuessNumber.strategies)), seed=rng.randrange(2**31))
         trajectories += collect_group(env, policy, seed=seed, num_generations=1, progress=False).trajectories
     return TrajectoryGroup(env=env_name, seed=seed, trajectories=trajectories)
