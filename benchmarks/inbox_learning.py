@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import statistics
@@ -44,6 +45,7 @@ from pathlib import Path
 
 import torch
 
+import agentic_rl_lab
 from agentic_rl_lab.envs import InboxSearch
 from agentic_rl_lab.envs.inbox_search import gave_up
 from agentic_rl_lab.grpo.trainer import GRPOConfig, GRPOTrainer, evaluation_metrics
@@ -64,12 +66,13 @@ from grpo_learning import cpu_name  # noqa: E402  (a sibling script, not a packa
 
 EVAL_TEMPERATURE = PROFILES["cpu-tiny"].temperature
 """The held-out evaluation samples at the tier's temperature (0.6), before and after, whatever the training's."""
-CONFIG = dataclasses.replace(GUESS_NUMBER_CONFIG, learning_rate=3e-4, temperature=0.8)
+CONFIG = dataclasses.replace(GUESS_NUMBER_CONFIG, learning_rate=3e-4, temperature=0.8, beta=0.0, steps=72)
 """guess_number's learning settings (`benchmarks/grpo_learning.py`: the tier's LoRA adapters, 8 groups of 8 a step,
 4 optimizer steps of 16 trajectories) at half the tier's learning rate: at 6e-4 a run gave its gain back by step 60,
 breaking its calls; at 3e-4 the same seed kept it. Sampled at 0.8 for training, to explore: at the tier's 0.6, 18 of
 32 of the warm start's groups on the train split had eight equal rewards (14 never right), which teach nothing; at
-0.8, 11 of 32 (docs/warm-start.md)."""
+0.8, 11 of 32. No KL term (`beta=0`, TRL's and ART's default), which spares the reference model's forward pass,
+and the time it saves goes to 72 steps instead of 60 (docs/warm-start.md)."""
 SEEDS = [0, 1, 2]
 """Training seeds, one run each from the same warm start: one seed is not a measurement."""
 EVAL_EPISODES = 2000
@@ -125,23 +128,37 @@ def train_and_evaluate(config: GRPOConfig, model_dir: Path, episodes: int) -> di
 
 
 class Progress:
-    """What an interrupted run of this benchmark with the same settings already measured (each part is many minutes
-    of CPU), kept next to the results, so that running it again goes on from there instead of starting over."""
+    """What an interrupted run of this benchmark already measured (each part is many minutes of CPU), kept next to
+    the results, so that running it again goes on from there instead of starting over. Each part is kept with the
+    settings it was measured under, and read back only under the same ones: "before" depends on the warm start and
+    the evaluation, not on the training's settings, so a run that changes only those measures it once."""
 
-    def __init__(self, path: Path, settings: dict) -> None:
-        self.path, self.settings = path, settings
-        saved = json.loads(path.read_text()) if path.exists() else {}
-        self.done: dict = saved["done"] if saved.get("settings") == settings else {}
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.done: dict = json.loads(path.read_text()) if path.exists() else {}
 
-    def measure(self, name: str, measurement: Callable[[], dict]) -> dict:
-        if name in self.done:
+    def measure(self, name: str, settings: dict, measurement: Callable[[], dict]) -> dict:
+        saved = self.done.get(name)
+        if saved is not None and saved["settings"] == settings:
             print(f"{name}: measured by an earlier run, read from {self.path}", flush=True)
-        else:
-            self.done[name] = measurement()
-            work = self.path.with_suffix(".tmp")
-            work.write_text(json.dumps({"settings": self.settings, "done": self.done}))
-            os.replace(work, self.path)  # whole or not at all, even when killed mid-write
-        return self.done[name]
+            return saved["result"]
+        self.done[name] = {"settings": settings, "result": measurement()}
+        work = self.path.with_suffix(".tmp")
+        work.write_text(json.dumps(self.done))
+        os.replace(work, self.path)  # whole or not at all, even when killed mid-write
+        return self.done[name]["result"]
+
+
+def code_digest(files: list[Path] | None = None) -> str:
+    """A digest of the code a measurement ran (by default the package and the benchmark scripts): a saved part
+    measured by other code is measured again."""
+    if files is None:
+        package, scripts = Path(agentic_rl_lab.__file__).parent, Path(__file__).parent
+        files = sorted(package.rglob("*.py")) + sorted(scripts.glob("*.py"))
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def main() -> dict:
@@ -168,24 +185,26 @@ def main() -> dict:
         model_dir = warm_start(inbox_warm_start_envs(), recipe)
     warm_seconds = time.perf_counter() - started
     info = load_info(model_dir)
-    settings = {
-        "config": dataclasses.asdict(config),
+    evaluation = {  # everything "before" depends on: the model, the questions and how they are sampled
         "warm_start": info["cache_key"],
         "episodes": args.eval_episodes,
         "eval_temperature": EVAL_TEMPERATURE,
+        "sampling": {name: getattr(config, name) for name in ("top_p", "max_new_tokens", "per_device_eval_batch_size")},
+        "code": code_digest(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    progress = Progress(args.out.with_suffix(".partial.json"), settings)
+    progress = Progress(args.out.with_suffix(".partial.json"))
 
     def measure_before() -> dict:  # the same model and questions for every seed
         with tempfile.TemporaryDirectory() as run_dir:
             return evaluate(new_trainer(config, model_dir, run_dir), args.eval_episodes)
 
-    before = progress.measure("before", measure_before)
+    before = progress.measure("before", evaluation, measure_before)
     print("before:", json.dumps(before), flush=True)
     runs = [
         progress.measure(
             f"seed {seed}",
+            {**evaluation, "config": dataclasses.asdict(dataclasses.replace(config, seed=seed))},
             lambda seed=seed: train_and_evaluate(dataclasses.replace(config, seed=seed), model_dir, args.eval_episodes),
         )
         for seed in args.seeds

@@ -26,17 +26,38 @@ def test_a_stopped_run_goes_on_from_what_it_measured_and_only_under_the_same_set
     def stopped() -> dict:
         raise KeyboardInterrupt  # killed during the second measurement
 
-    first = Progress(path, {"episodes": 2000})
-    assert first.measure("before", measured("before", 0.34)) == {"eval_success": 0.34}
+    evaluation = {"episodes": 2000}
+    seed_0 = {**evaluation, "config": {"beta": 0.04}}
+    first = Progress(path)
+    assert first.measure("before", evaluation, measured("before", 0.34)) == {"eval_success": 0.34}
     with pytest.raises(KeyboardInterrupt):
-        first.measure("seed 0", stopped)
+        first.measure("seed 0", seed_0, stopped)
 
-    again = Progress(path, {"episodes": 2000})
-    assert again.measure("before", measured("before", 0.99)) == {"eval_success": 0.34}  # read, not measured again
-    assert again.measure("seed 0", measured("seed 0", 0.5)) == {"eval_success": 0.5}
+    again = Progress(path)
+    assert again.measure("before", evaluation, measured("before", 0.99)) == {"eval_success": 0.34}  # read back
+    assert again.measure("seed 0", seed_0, measured("seed 0", 0.5)) == {"eval_success": 0.5}
     assert calls == ["before", "seed 0"]
 
-    other = Progress(path, {"episodes": 400})  # other settings: nothing carried over
-    assert other.measure("before", measured("before", 0.3)) == {"eval_success": 0.3}
-    assert calls == ["before", "seed 0", "before"]
+    # Other training settings: "before" (which does not depend on them) is read back, the run is measured again.
+    other_training = Progress(path)
+    assert other_training.measure("before", evaluation, measured("before", 0.99)) == {"eval_success": 0.34}
+    other_seed_0 = {**evaluation, "config": {"beta": 0.0}}
+    assert other_training.measure("seed 0", other_seed_0, measured("seed 0", 0.6)) == {"eval_success": 0.6}
+    assert calls == ["before", "seed 0", "seed 0"]
+
+    other = Progress(path)  # another evaluation: nothing carried over
+    assert other.measure("before", {"episodes": 400}, measured("before", 0.3)) == {"eval_success": 0.3}
+    assert calls == ["before", "seed 0", "seed 0", "before"]
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_the_code_digest_changes_with_the_code(tmp_path: Path) -> None:
+    from inbox_learning import code_digest
+
+    files = [tmp_path / "a.py", tmp_path / "b.py"]
+    files[0].write_text("x = 1\n")
+    files[1].write_text("y = 2\n")
+    first = code_digest(files)
+    files[1].write_text("y = 3\n")
+    assert code_digest(files) != first
+    assert len(code_digest()) == 12  # the package and the scripts, read without error
